@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from tdrl.data import replay_buffers as _replay_buffers
 from tdrl.data import specs as _specs
+from tdrl.data.replay_buffers import *  # noqa: F403
 from tdrl.data.specs import *  # noqa: F403
 
-__all__ = [*_specs.__all__]
+__all__ = [*_specs.__all__, *_replay_buffers.__all__]

@@ -1,0 +1,685 @@
+"""Replay buffers: a storage, a writer and a sampler composed behind one small API."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torch.utils import _pytree
+
+from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
+from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
+from tdrl.data.replay_buffers.utils import stack_items
+from tdrl.data.replay_buffers.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
+
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "ReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
+]
+
+_INFO_KEYS = ("index", "priority_weight")
+
+
+def _identity(data: Any) -> Any:
+    return data
+
+
+class _Inverted:
+    """Swaps a transform's forward and inverse (``append_transform(t, invert=True)``)."""
+
+    def __init__(self, transform: Any) -> None:
+        self.transform = transform
+
+    def __call__(self, data: Any) -> Any:
+        inverse = getattr(self.transform, "inv", None)
+        return inverse(data) if inverse is not None else data
+
+    def inv(self, data: Any) -> Any:
+        return self.transform(data)
+
+    def __repr__(self) -> str:
+        return f"Inverted({self.transform!r})"
+
+
+class _TransformSequence:
+    """Transforms applied to sampled data in order; their ``inv`` runs, reversed, on writes."""
+
+    def __init__(self) -> None:
+        self._transforms: list[Any] = []
+        self.has_inv = False
+
+    def _changed(self) -> None:
+        self.has_inv = any(hasattr(t, "inv") for t in self._transforms)
+
+    def append(self, transform: Any) -> None:
+        self._transforms.append(transform)
+        self._changed()
+
+    def insert(self, index: int, transform: Any) -> None:
+        self._transforms.insert(index, transform)
+        self._changed()
+
+    def __call__(self, data: Any) -> Any:
+        for transform in self._transforms:
+            data = transform(data)
+        return data
+
+    def inv(self, data: Any) -> Any:
+        for transform in reversed(self._transforms):
+            inverse = getattr(transform, "inv", None)
+            if inverse is not None:
+                data = inverse(data)
+        return data
+
+    def __len__(self) -> int:
+        return len(self._transforms)
+
+    def __getitem__(self, index: int) -> Any:
+        return self._transforms[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._transforms)
+
+    def __repr__(self) -> str:
+        return f"Transforms({self._transforms!r})"
+
+
+def _move_extend_dim(data: Any, dim: int) -> Any:
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        return data.transpose(dim, 0)
+    return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
+
+
+def _pin(data: Any) -> Any:
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        return data.pin_memory()
+    return _pytree.tree_map(
+        lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, data
+    )
+
+
+class ReplayBuffer:
+    """A replay buffer: writes go through a writer into a storage, reads through a sampler.
+
+    Args:
+        storage: where items live (default ``ListStorage(1000)``).
+        sampler: how batches are drawn (default :class:`RandomSampler`).
+        writer: where new items go (default :class:`RoundRobinWriter`).
+        collate_fn: turns gathered items into a batch (stacks lists for ``ListStorage``,
+            identity for tensor storages).
+        pin_memory: pin sampled batches (only when CUDA is available; otherwise ignored).
+        prefetch: number of batches sampled ahead in a thread pool.
+        transform: a callable (or transform) applied to sampled data; its ``inv`` method, if
+            any, is applied to written data.
+        batch_size: default batch size of :meth:`sample` and of iteration.
+        dim_extend: the dimension of extended data that indexes new items (defaults to
+            ``storage.ndim - 1``, the time dimension of ``[B, T]`` rollouts).
+        checkpointer: stored for checkpointing helpers.
+        generator: a ``torch.Generator`` making sampling reproducible.
+        shared: allocate lazy tensor storages in shared memory.
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import ReplayBuffer, LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
+        >>> _ = rb.extend(torch.arange(10))
+        >>> len(rb), rb[2], rb.sample().shape
+        (10, tensor(2), torch.Size([4]))
+    """
+
+    _default_writer: type[Writer] = RoundRobinWriter
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Any = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        checkpointer: Any = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool | None = None,
+    ) -> None:
+        self._storage = storage if storage is not None else ListStorage(max_size=1000)
+        self._storage.attach(self)
+        self._sampler = sampler if sampler is not None else RandomSampler()
+        self._writer = writer if writer is not None else self._default_writer()
+        self._writer.register_storage(self._storage)
+        if collate_fn is None:
+            collate_fn = stack_items if isinstance(self._storage, ListStorage) else _identity
+        self._collate_fn = collate_fn
+        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        if prefetch is not None and int(prefetch) < 0:
+            raise ValueError(f"prefetch must be a non-negative integer, got {prefetch}")
+        self._prefetch_cap = int(prefetch or 0)
+        self._replay_lock = threading.RLock()
+        self._start_prefetch()
+        self._transform = _TransformSequence()
+        if transform is not None:
+            for item in transform if isinstance(transform, (list, tuple)) else (transform,):
+                self._transform.append(item)
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        self._batch_size = batch_size
+        ndim = getattr(self._storage, "ndim", 1)
+        if dim_extend is None:
+            dim_extend = ndim - 1
+        if int(dim_extend) < 0:
+            raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
+        self.dim_extend = int(dim_extend)
+        self.checkpointer = checkpointer
+        self._rng = None
+        if generator is not None:
+            self.set_rng(generator)
+        if shared:
+            self.share(True)
+        self._known_max_size = self._storage.max_size
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _start_prefetch(self) -> None:
+        self._prefetch_queue: collections.deque = collections.deque()
+        self._prefetch_executor = (
+            ThreadPoolExecutor(max_workers=self._prefetch_cap) if self._prefetch_cap else None
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_replay_lock", "_prefetch_queue", "_prefetch_executor"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._replay_lock = threading.RLock()
+        self._start_prefetch()
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Use ``generator`` for every random draw of the sampler, storage and writer."""
+        self._rng = generator
+        for component in (self._sampler, self._storage, self._writer):
+            component._rng = generator
+
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Place a lazy tensor storage in shared memory when it allocates."""
+        if shared and isinstance(self._storage, TensorStorage):
+            self._storage._shared_init = True
+            self._storage._share_len()
+            if self._storage.initialized:
+                self._storage._td.share_memory_()
+        return self
+
+    @property
+    def storage(self) -> Storage:
+        """The storage."""
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler."""
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The writer."""
+        return self._writer
+
+    @property
+    def transform(self) -> _TransformSequence:
+        """The transforms applied to sampled data."""
+        return self._transform
+
+    @property
+    def batch_size(self) -> int | None:
+        """The default batch size."""
+        return self._batch_size
+
+    @property
+    def write_count(self) -> int:
+        """How many items were written since creation (or the last :meth:`empty`)."""
+        return self._writer._write_count
+
+    def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
+        """Add a transform at the end; ``invert=True`` swaps its forward and inverse."""
+        self._transform.append(_Inverted(transform) if invert else transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> ReplayBuffer:
+        """Insert a transform at ``index``; ``invert=True`` swaps its forward and inverse."""
+        self._transform.insert(index, _Inverted(transform) if invert else transform)
+        return self
+
+    # -- writing --------------------------------------------------------------------------------
+    def _after_write(self, index: Any) -> None:
+        storage = self._storage
+        if storage.max_size != self._known_max_size:
+            self._known_max_size = storage.max_size
+            self._sampler._storage_resized(storage.max_size)
+        if isinstance(index, int):
+            if storage.ndim == 1:
+                self._sampler.add(index)
+                return
+            index = torch.tensor([index])
+        if index.numel():
+            self._sampler.extend(storage._rows_to_flat(index) if storage.ndim > 1 else index)
+
+    def add(self, data: Any) -> int:
+        """Write one item; returns its index."""
+        if self._transform.has_inv:
+            data = self._transform.inv(data)
+        with self._replay_lock:
+            index = self._writer.add(data)
+            self._after_write(index)
+        return index
+
+    def _prepare_extend(self, data: Any) -> Any:
+        if isinstance(data, list) and not isinstance(self._storage, ListStorage):
+            data = stack_items(data)
+            if isinstance(data, list):
+                raise TypeError(
+                    f"{type(self._storage).__name__} can only be extended with tensors, TensorDicts "
+                    "or pytrees of tensors; the list given holds items that cannot be stacked"
+                )
+        if self._transform.has_inv:
+            data = self._transform.inv(data)
+        if self.dim_extend:
+            data = _move_extend_dim(data, self.dim_extend)
+        return data
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write many items: a list (one item each), or tensors / TensorDicts / pytrees stacked on dim 0.
+
+        Returns:
+            the indices written to.
+        """
+        data = self._prepare_extend(data)
+        with self._replay_lock:
+            index = self._writer.extend(data)
+            self._after_write(index)
+        return index
+
+    def _checked_write_index(self, index: Any) -> Any:
+        length = (
+            self._storage._len_along_dim0
+            if hasattr(self._storage, "_len_along_dim0")
+            else len(self._storage)
+        )
+        if isinstance(index, (int, np.integer)):
+            if not -length <= index < length:
+                raise IndexError(f"index out of range: expected [-{length}, {length}), got {index}")
+            return int(index) % length
+        if isinstance(index, slice):
+            return slice(*index.indices(length))
+        if isinstance(index, tuple):
+            return index
+        index = torch.as_tensor(index)
+        if index.dtype == torch.bool:
+            index = index.nonzero().squeeze(-1)
+        index = index.to(torch.long).reshape(-1)
+        if index.numel() and (int(index.max()) >= length or int(index.min()) < -length):
+            raise IndexError(
+                f"index out of range: expected [-{length}, {length}), got [{int(index.min())}, {int(index.max())}]"
+            )
+        return index.remainder(length) if length else index
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        """Overwrite stored items in place; the cursor and length do not move."""
+        if self._transform.has_inv:
+            data = self._transform.inv(data)
+        with self._replay_lock:
+            index = self._checked_write_index(index)
+            self._storage.set(index, data, set_cursor=False)
+            if isinstance(index, slice):
+                index = torch.arange(index.start, index.stop, index.step)
+            self._sampler.mark_update(index, storage=self._storage)
+
+    # -- reading --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def __getitem__(self, index: Any) -> Any:
+        """Stored items by int, slice or index tensor; a key (e.g. ``"obs"``) gives a column."""
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and isinstance(index[0], str)
+        ):
+            key = index[1:] if isinstance(index, tuple) and index[0] == "_data" else index
+            if key == "_data" or key == ():
+                return self[:]
+            key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+            return self[:][key]
+        data = self._storage.get(index)
+        if not isinstance(index, (int, np.integer)):
+            data = self._collate_fn(data)
+        if len(self._transform):
+            data = self._transform(data)
+        return data
+
+    def _gather(self, index: Any, info: dict) -> Any:
+        return self._collate_fn(self._storage._gather(index))
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict]:
+        with self._replay_lock:
+            index, info = self._sampler.sample(self._storage, batch_size)
+            info["index"] = index
+            data = self._gather(index, info)
+        if len(self._transform):
+            data = self._transform(data)
+        if self._pin_memory:
+            data = _pin(data)
+        return data, info
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Draw a batch through the sampler, then collate and transform it.
+
+        Args:
+            batch_size: the number of items (defaults to the constructor's ``batch_size``).
+            return_info: also return a dict with ``"index"`` and sampler extras (e.g. weights).
+        """
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise ValueError(
+                    "batch_size not specified: pass it to the constructor or to sample()"
+                )
+        if self._prefetch_cap and batch_size == self._batch_size:
+            queue = self._prefetch_queue
+            while len(queue) < self._prefetch_cap:
+                queue.append(self._prefetch_executor.submit(self._sample, batch_size))
+            data, info = queue.popleft().result()
+        else:
+            data, info = self._sample(batch_size)
+        return (data, info) if return_info else data
+
+    def __iter__(self) -> Iterator[Any]:
+        """Batches drawn through the sampler; finite for samplers without replacement."""
+        if self._batch_size is None:
+            raise ValueError(
+                "iterating over a replay buffer needs a batch_size set at construction"
+            )
+        while True:
+            data, _ = self._sample(self._batch_size)
+            yield data
+            if self._sampler.ran_out:
+                return
+
+    def empty(self) -> None:
+        """Remove every item and reset the writer and sampler."""
+        with self._replay_lock:
+            self._prefetch_queue.clear()
+            self._writer._empty()
+            self._sampler._empty()
+            self._storage._empty()
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Set the priority of the items at ``index`` (see :class:`PrioritizedSampler`)."""
+        with self._replay_lock:
+            self._sampler.update_priority(index, priority, storage=self._storage)
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """States of the storage, sampler, writer and transforms, for ``torch.save``."""
+        return {
+            "_storage": self._storage.state_dict(),
+            "_sampler": self._sampler.state_dict(),
+            "_writer": self._writer.state_dict(),
+            "_transforms": [
+                t.state_dict() if hasattr(t, "state_dict") else None for t in self._transform
+            ],
+            "_batch_size": self._batch_size,
+            "_rng": None if self._rng is None else self._rng.get_state(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        with self._replay_lock:
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._known_max_size = self._storage.max_size
+            self._sampler.load_state_dict(state_dict["_sampler"])
+            self._writer.load_state_dict(state_dict["_writer"])
+            for transform, state in zip(self._transform, state_dict.get("_transforms", [])):
+                if state is not None and hasattr(transform, "load_state_dict"):
+                    transform.load_state_dict(state)
+            self._batch_size = state_dict.get("_batch_size", self._batch_size)
+            if state_dict.get("_rng") is not None and self._rng is not None:
+                self._rng.set_state(state_dict["_rng"])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
+            f"writer={self._writer!r}, batch_size={self._batch_size})"
+        )
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A replay buffer with prioritized sampling (a :class:`PrioritizedSampler`).
+
+    Args:
+        alpha: priority exponent.
+        beta: importance-sampling exponent.
+        eps: added to priorities.
+        dtype: dtype of the importance weights.
+        storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
+            generator, shared, compilable: as in :class:`ReplayBuffer`.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10))
+        >>> _ = rb.extend(torch.arange(10))
+        >>> data, info = rb.sample(4, return_info=True)
+        >>> rb.update_priority(info["index"], torch.rand(4) + 0.1)
+        >>> info["priority_weight"].shape
+        torch.Size([4])
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Any = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool | None = None,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(max_size=1000)
+        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+        super().__init__(
+            storage=storage,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            dim_extend=dim_extend,
+            generator=generator,
+            shared=shared,
+            compilable=compilable,
+        )
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A replay buffer for TensorDicts whose samples carry ``"index"`` and sampler extras.
+
+    Sampler extras are entries such as ``"priority_weight"``.
+
+    ``extend`` writes the indices of new items under ``"index"`` in the data given (when it
+    has one batch dimension and is not locked), so priorities can be updated from it later
+    with :meth:`update_tensordict_priority`. Entries named ``"index"`` or ``"priority_weight"``
+    in written data are not stored.
+
+    Args:
+        priority_key: the entry read by :meth:`update_tensordict_priority` (``"td_error"``).
+        **kwargs: as in :class:`ReplayBuffer`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        >>> rb.extend(TensorDict({"obs": torch.randn(5, 3)}, [5]))
+        tensor([0, 1, 2, 3, 4])
+        >>> sorted(rb.sample().keys())
+        ['index', 'obs']
+    """
+
+    _default_writer = TensorDictRoundRobinWriter
+
+    def __init__(self, *, priority_key: Any = "td_error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priority_key = priority_key
+
+    def _gather(self, index: Any, info: dict) -> Any:
+        storage = self._storage
+        stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
+        if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
+            extra = {"index": stored_index}
+            for key, value in info.items():
+                if key != "index":
+                    extra[key] = value
+            return storage._gather(index, extra)
+        data = self._collate_fn(storage._gather(index))
+        if isinstance(data, TensorDictBase):
+            data.set("index", stored_index)
+            for key, value in info.items():
+                if key != "index":
+                    data.set(key, value)
+        return data
+
+    def _strip(self, data: Any) -> Any:
+        if isinstance(data, TensorDictBase):
+            keys = data.keys()
+            if any(key in keys for key in _INFO_KEYS):
+                return data.exclude(*_INFO_KEYS)
+        return data
+
+    def add(self, data: Any) -> int:
+        """Write one TensorDict; returns its index."""
+        return super().add(self._strip(data))
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write TensorDicts stacked on dim 0; returns their indices (also set as ``"index"``)."""
+        index = super().extend(self._strip(data))
+        if (
+            isinstance(data, TensorDictBase)
+            and data.batch_dims == 1
+            and not data.is_locked
+            and self._storage.ndim == 1
+            and index.shape[0] == data.shape[0]
+        ):
+            data.set("index", index)
+        return index
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sampled TensorDict's ``"index"`` and ``priority_key`` entries."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"update_tensordict_priority expects a TensorDict, got {type(data).__name__}"
+            )
+        index = data.get("index", None)
+        if index is None:
+            raise ValueError(
+                "the TensorDict has no 'index' entry: sample it from this buffer first"
+            )
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise ValueError(f"the TensorDict has no priority entry at key {self.priority_key!r}")
+        self.update_priority(index, priority)
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """A TensorDict replay buffer with prioritized sampling.
+
+    Samples carry ``"index"`` and ``"priority_weight"``; written data that holds
+    ``priority_key`` sets the priorities of the new items.
+
+    Args:
+        alpha: priority exponent.
+        beta: importance-sampling exponent.
+        priority_key: the priority entry (``"td_error"``).
+        eps: added to priorities.
+        reduction: how multi-dimensional priorities are reduced per item.
+        storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
+            generator, shared, compilable: as in :class:`ReplayBuffer`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.9,
+        ...     storage=LazyTensorStorage(10), batch_size=4)
+        >>> _ = rb.extend(TensorDict({"obs": torch.randn(6, 2)}, [6]))
+        >>> sample = rb.sample()
+        >>> sample["td_error"] = torch.rand(4) + 0.1
+        >>> rb.update_tensordict_priority(sample)
+        >>> sorted(sample.keys())
+        ['index', 'obs', 'priority_weight', 'td_error']
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: Any = "td_error",
+        eps: float = 1e-8,
+        storage: Storage | None = None,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Any = None,
+        reduction: str = "max",
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool | None = None,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(max_size=1000)
+        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, reduction=reduction)
+        super().__init__(
+            priority_key=priority_key,
+            storage=storage,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            dim_extend=dim_extend,
+            generator=generator,
+            shared=shared,
+            compilable=compilable,
+        )
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write TensorDicts; their ``priority_key`` entry, if present, sets the priorities."""
+        index = super().extend(data)
+        if isinstance(data, TensorDictBase) and index.numel():
+            priority = data.get(self.priority_key, None)
+            if priority is not None:
+                self.update_priority(self._storage._rows_to_flat(index), priority)
+        return index

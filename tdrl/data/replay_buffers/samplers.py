@@ -1,0 +1,422 @@
+"""Samplers: choose which stored items a batch is made of (uniform, without replacement, prioritized)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
+
+__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement"]
+
+_EMPTY_MSG = "cannot sample from an empty replay buffer: extend it first"
+_PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
+
+
+class Sampler:
+    """Base class of samplers.
+
+    A sampler returns ``(index, info)`` from :meth:`sample`, where ``index`` selects stored
+    items and ``info`` is a dict of extra per-item values (e.g. importance weights). Writes are
+    reported through :meth:`add` / :meth:`extend` so stateful samplers can follow them.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> storage = LazyTensorStorage(10)
+        >>> storage.set(slice(0, 5), torch.arange(5))
+        >>> index, info = RandomSampler().sample(storage, 3)
+        >>> index.shape, info
+        (torch.Size([3]), {})
+    """
+
+    def __init__(self) -> None:
+        self._rng: torch.Generator | None = None
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """Draw ``batch_size`` indices of items in ``storage``."""
+        raise NotImplementedError
+
+    def add(self, index: int) -> None:
+        """Called after one item was written at ``index``."""
+
+    def extend(self, index: torch.Tensor) -> None:
+        """Called after items were written at ``index``."""
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        """Set the priority of the items at ``index`` (a no-op for samplers without priorities)."""
+
+    def mark_update(self, index: Any, *, storage: Any = None) -> None:
+        """Called after items were overwritten in place (``buffer[index] = data``)."""
+
+    @property
+    def default_priority(self) -> float:
+        """The priority new items get."""
+        return 1.0
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the last batch ended an epoch (iteration over the buffer stops there)."""
+        return False
+
+    def _empty(self) -> None:
+        """Forget everything (the buffer was emptied)."""
+
+    def _storage_resized(self, max_size: int) -> None:
+        """Called when a lazy storage fixed its real capacity on its first write."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state, for ``torch.save``."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RandomSampler(Sampler):
+    """Draws items uniformly at random, with replacement.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import ReplayBuffer, LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler())
+        >>> _ = rb.extend(torch.arange(10))
+        >>> rb.sample(4).shape
+        torch.Size([4])
+    """
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """Draw ``batch_size`` indices uniformly among stored items."""
+        return storage._rand_given_ndim(batch_size, self._rng), {}
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Draws each stored item once per epoch; :attr:`ran_out` turns true at the epoch's end.
+
+    A new epoch starts on the next call after the end of an epoch, or as soon as the number
+    of stored items changes.
+
+    Args:
+        drop_last: whether to drop the last, incomplete batch of an epoch.
+        shuffle: whether to visit items in random order (else in storage order).
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import ReplayBuffer, LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10),
+        ...     sampler=SamplerWithoutReplacement(shuffle=False), batch_size=4)
+        >>> _ = rb.extend(torch.arange(10))
+        >>> [batch.tolist() for batch in rb]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+        super().__init__()
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self._order: torch.Tensor | None = None
+        self._position = 0
+        self._epoch_len = 0
+        self._ran_out = False
+
+    def _new_epoch(self, length: int) -> None:
+        if self.shuffle:
+            self._order = torch.randperm(length, generator=self._rng)
+        else:
+            self._order = torch.arange(length)
+        self._position = 0
+        self._epoch_len = length
+        self._ran_out = False
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """The next ``batch_size`` items of the current epoch."""
+        length = len(storage)
+        if length == 0:
+            raise RuntimeError(_EMPTY_MSG)
+        if self.drop_last and length < batch_size:
+            raise ValueError(
+                f"cannot draw a full batch of {batch_size} items from {length} stored items with drop_last=True"
+            )
+        remaining = self._epoch_len - self._position
+        if (
+            self._order is None
+            or length != self._epoch_len
+            or remaining == 0
+            or (self.drop_last and remaining < batch_size)
+        ):
+            self._new_epoch(length)
+        index = self._order[self._position : self._position + batch_size]
+        self._position += index.numel()
+        remaining = self._epoch_len - self._position
+        self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
+        return storage._unravel(index), {}
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the last batch ended the epoch."""
+        return self._ran_out
+
+    def _empty(self) -> None:
+        self._order = None
+        self._position = 0
+        self._epoch_len = 0
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch order and position."""
+        return {
+            "_order": None if self._order is None else self._order.clone(),
+            "_position": self._position,
+            "_epoch_len": self._epoch_len,
+            "_ran_out": self._ran_out,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore epoch order and position."""
+        self._order = state_dict["_order"]
+        self._position = state_dict["_position"]
+        self._epoch_len = state_dict["_epoch_len"]
+        self._ran_out = state_dict["_ran_out"]
+
+    def __repr__(self) -> str:
+        return f"SamplerWithoutReplacement(drop_last={self.drop_last}, shuffle={self.shuffle})"
+
+
+class PrioritizedSampler(Sampler):
+    """Prioritized experience replay (Schaul et al., 2015) on vectorised sum / min trees.
+
+    Item ``i`` is drawn with probability ``p_i ** alpha / sum_j p_j ** alpha`` where
+    ``p_i = priority_i + eps``; its importance weight ``(p_i / p_min) ** -beta`` is
+    normalised by the largest possible weight and returned under ``"priority_weight"``.
+    New items get the largest priority seen so far.
+
+    Args:
+        max_capacity: the number of items the trees can hold (the storage's ``max_size``).
+        alpha: how strongly priorities shape sampling (0 is uniform).
+        beta: importance-sampling correction exponent (1 fully corrects the bias).
+        eps: added to priorities so none is zero.
+        dtype: dtype of the returned weights (tree sums always use float64).
+        reduction: how multi-dimensional priorities are reduced to one per item:
+            ``"max"``, ``"min"``, ``"sum"``, ``"mean"`` or ``"median"``.
+        max_priority_within_buffer: if ``True`` new items get the largest priority currently
+            in the buffer rather than the largest ever seen.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import ReplayBuffer, LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(4),
+        ...     sampler=PrioritizedSampler(4, alpha=1.0, beta=1.0))
+        >>> _ = rb.extend(torch.arange(4))
+        >>> rb.update_priority(torch.arange(4), torch.tensor([1e-6, 1e-6, 1e-6, 10.0]))
+        >>> data, info = rb.sample(8, return_info=True)
+        >>> data.tolist()
+        [3, 3, 3, 3, 3, 3, 3, 3]
+        >>> sorted(info)
+        ['index', 'priority_weight']
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+    ) -> None:
+        super().__init__()
+        if int(max_capacity) < 1:
+            raise ValueError(f"max_capacity must be a positive integer, got {max_capacity}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        if beta < 0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        if eps < 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        if reduction not in _PRIORITY_REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_PRIORITY_REDUCTIONS}, got {reduction!r}")
+        self._max_capacity = int(max_capacity)
+        self._alpha = float(alpha)
+        self._beta = float(beta)
+        self._eps = float(eps)
+        self._dtype = dtype
+        self.reduction = reduction
+        self._max_priority_within_buffer = bool(max_priority_within_buffer)
+        self._max_priority = 1.0
+        self._build_trees()
+
+    def _build_trees(self) -> None:
+        self._tree = PriorityTree(self._max_capacity)
+        self._max_tree = (
+            MaxSegmentTree(self._max_capacity) if self._max_priority_within_buffer else None
+        )
+
+    @property
+    def alpha(self) -> float:
+        """The priority exponent."""
+        return self._alpha
+
+    @property
+    def beta(self) -> float:
+        """The importance-sampling exponent."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = float(value)
+
+    @property
+    def max_priority(self) -> float:
+        """The priority new items get, before ``eps`` and ``alpha`` are applied."""
+        if self._max_tree is not None:
+            top = float(self._max_tree.max())
+            if top == float("-inf"):
+                return 1.0
+            return top ** (1.0 / self._alpha) - self._eps if self._alpha else 1.0
+        return self._max_priority
+
+    @property
+    def default_priority(self) -> float:
+        """The tree value new items get: ``(max_priority + eps) ** alpha``."""
+        if self._max_tree is not None:
+            top = float(self._max_tree.max())
+            if top != float("-inf"):
+                return top
+            return (1.0 + self._eps) ** self._alpha
+        return (self._max_priority + self._eps) ** self._alpha
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
+        length = len(storage)
+        if length == 0:
+            raise RuntimeError(_EMPTY_MSG)
+        tree = self._tree
+        index, value = tree.sample(batch_size, self._rng)
+        index.clamp_(max=length - 1)
+        lowest = tree.min()
+        weight = value.clamp_(min=lowest).div_(lowest).pow_(-self._beta).to(self._dtype)
+        return storage._unravel(index), {"priority_weight": weight}
+
+    def _set(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
+        self._tree.update(index, value)
+        if self._max_tree is not None:
+            self._max_tree.update(index, value)
+
+    def add(self, index: int) -> None:
+        """Give the new item the default priority."""
+        self.extend(torch.as_tensor([index]))
+
+    def extend(self, index: torch.Tensor) -> None:
+        """Give the new items the default priority."""
+        index = torch.as_tensor(index).reshape(-1)
+        if self._max_tree is not None:
+            # the items being replaced no longer count towards the buffer's maximum
+            self._max_tree.update(index, float("-inf"))
+        self._set(index, self.default_priority)
+
+    def mark_update(self, index: Any, *, storage: Any = None) -> None:
+        """Overwritten items get the default priority."""
+        flat = storage._ravel(index) if storage is not None else torch.as_tensor(index).reshape(-1)
+        self._set(flat, self.default_priority)
+
+    def _reduce(self, priority: torch.Tensor) -> torch.Tensor:
+        if self.reduction == "median":
+            return priority.median(-1).values
+        if self.reduction in ("max", "min"):
+            return getattr(priority, f"a{self.reduction}")(-1)
+        return getattr(priority, self.reduction)(-1)
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        """Set new priorities (e.g. absolute TD errors) for the items at ``index``.
+
+        Args:
+            index: indices as returned by sampling (a tensor, or a tuple for ``ndim > 1``).
+            priority: one positive value per item, a scalar for all, or per-item tensors
+                with extra dimensions reduced with ``reduction``.
+            storage: the storage, needed to flatten multi-dimensional indices.
+
+        Raises:
+            ValueError: when a priority is <= 0, NaN or infinite, or shapes do not match.
+        """
+        if isinstance(index, tuple) or (storage is not None and getattr(storage, "ndim", 1) > 1):
+            if storage is None:
+                raise ValueError("multi-dimensional indices need the storage to be flattened")
+            index = storage._ravel(index)
+        else:
+            index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        priority = torch.as_tensor(priority).detach().to(device="cpu", dtype=torch.float64)
+        if priority.numel() == 1:
+            priority = priority.reshape(1).expand(index.shape)
+        elif priority.ndim > 1 and priority.shape[0] == index.shape[0]:
+            priority = self._reduce(priority.reshape(index.shape[0], -1))
+        elif priority.numel() != index.numel():
+            raise ValueError(
+                f"priority shape mismatch: expected {index.numel()} values (one per index), "
+                f"got shape {tuple(priority.shape)}"
+            )
+        else:
+            priority = priority.reshape(-1)
+        if not priority.numel():
+            return
+        low, high = (float(v) for v in torch.aminmax(priority))
+        if not (low > 0 and high < float("inf")):
+            bad = "NaN" if low != low or high != high else (low if not low > 0 else high)
+            raise ValueError(f"priorities must be finite and > 0, got {bad}")
+        value = priority.add(self._eps).pow_(self._alpha)
+        self._set(index, value)
+        if high > self._max_priority:
+            self._max_priority = high
+
+    def _empty(self) -> None:
+        self._max_priority = 1.0
+        self._tree.fill_()
+        if self._max_tree is not None:
+            self._max_tree.fill_()
+
+    def _storage_resized(self, max_size: int) -> None:
+        if max_size == self._max_capacity:
+            return
+        old = self._tree.leaves().clone()
+        keep = min(max_size, self._max_capacity)
+        self._max_capacity = int(max_size)
+        self._build_trees()
+        leaves = torch.zeros(self._max_capacity, dtype=torch.float64)
+        leaves[:keep] = old[:keep]
+        self._load_leaves(leaves)
+
+    def _load_leaves(self, leaves: torch.Tensor) -> None:
+        self._tree.load_leaves(leaves)
+        if self._max_tree is not None:
+            self._max_tree.load_leaves(torch.where(leaves > 0, leaves, float("-inf")))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Hyper-parameters, the largest priority and the tree leaves."""
+        return {
+            "_alpha": self._alpha,
+            "_beta": self._beta,
+            "_eps": self._eps,
+            "_max_priority": self._max_priority,
+            "_max_capacity": self._max_capacity,
+            "_priorities": self._tree.leaves().clone(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore hyper-parameters, the largest priority and the trees."""
+        self._alpha = state_dict["_alpha"]
+        self._beta = state_dict["_beta"]
+        self._eps = state_dict["_eps"]
+        self._max_priority = state_dict["_max_priority"]
+        self._max_capacity = state_dict["_max_capacity"]
+        self._build_trees()
+        self._load_leaves(state_dict["_priorities"])
+
+    def __repr__(self) -> str:
+        return (
+            f"PrioritizedSampler(max_capacity={self._max_capacity}, alpha={self._alpha}, "
+            f"beta={self._beta}, eps={self._eps}, reduction={self.reduction!r})"
+        )

@@ -1,0 +1,807 @@
+"""Storages: where a replay buffer keeps its items (a list, or contiguous tensors in RAM, on a device or in memory-mapped files)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from torch.utils import _pytree
+
+from tdrl.data.replay_buffers.utils import (
+    collect_leaves,
+    gather_source,
+    keys_of,
+    tensordict_plan,
+)
+
+__all__ = [
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "ListStorage",
+    "Storage",
+    "TensorStorage",
+]
+
+_TENSOR_KEY = "_tensor"
+_EMPTY_MSG = "the storage is empty: extend the replay buffer before sampling or indexing it"
+
+
+def _as_tuple(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _out_of_range(index: Any, length: int) -> IndexError:
+    return IndexError(
+        f"index out of range: expected indices in [-{length}, {length}) for a storage holding "
+        f"{length} items, got {index}"
+    )
+
+
+class Storage:
+    """Base class of storages: a container of at most ``max_size`` items.
+
+    Subclasses implement :meth:`set`, :meth:`get`, ``__len__``, :meth:`_empty`,
+    :meth:`state_dict` and :meth:`load_state_dict`. Writers call :meth:`set`, samplers read
+    ``len(storage)`` and the buffer gathers sampled items with :meth:`_gather`.
+
+    Args:
+        max_size: the largest number of items the storage holds.
+        checkpointer: an optional object with ``dumps(storage, path)`` / ``loads(storage, path)``
+            used by :meth:`dumps` / :meth:`loads`.
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> storage = ListStorage(3)
+        >>> storage.set(0, "a")
+        >>> storage[0], len(storage), storage.max_size
+        ('a', 1, 3)
+    """
+
+    ndim: int = 1
+
+    def __init__(
+        self, max_size: int | None, checkpointer: Any = None, compilable: bool = False
+    ) -> None:
+        if max_size is not None and int(max_size) < 1:
+            raise ValueError(f"max_size must be a positive integer, got {max_size}")
+        self.max_size = int(max_size) if max_size is not None else None
+        self.checkpointer = checkpointer
+        self._attached_entities: list[Any] = []
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write ``data`` at ``cursor`` (an int for one item, a slice or index tensor for many)."""
+        raise NotImplementedError
+
+    def get(self, index: Any) -> Any:
+        """Read the items at ``index`` (int, slice, index tensor or list of ints)."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _empty(self) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The storage's content and length, for ``torch.save``."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        raise NotImplementedError
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the storage under ``path`` through its checkpointer."""
+        if self.checkpointer is None:
+            raise NotImplementedError(f"{type(self).__name__} has no checkpointer to dump with")
+        self.checkpointer.dumps(self, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Load the storage from ``path`` through its checkpointer."""
+        if self.checkpointer is None:
+            raise NotImplementedError(f"{type(self).__name__} has no checkpointer to load with")
+        self.checkpointer.loads(self, path)
+
+    def attach(self, buffer: Any) -> None:
+        """Register an object (e.g. a sampler) that depends on this storage."""
+        self._attached_entities.append(buffer)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.get(index)
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        self.set(index, data, set_cursor=False)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self.get(i)
+
+    def _gather(self, index: Any) -> Any:
+        """Read sampled items; indices come from a sampler and are trusted."""
+        return self.get(index)
+
+    def _unravel(self, flat_index: torch.Tensor) -> Any:
+        """Map flat indices in ``[0, len(self))`` to the index type :meth:`get` expects."""
+        return flat_index
+
+    def _ravel(self, index: Any) -> torch.Tensor:
+        """Inverse of :meth:`_unravel`: flat long indices."""
+        return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+
+    def _max_rows(self, data: Any = None, batched: bool = True) -> int:
+        """Capacity along the first dimension (``data`` helps lazy storages infer it)."""
+        return self.max_size
+
+    def _rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+        """Flat item indices covered by the given rows of the first dimension."""
+        return rows
+
+    def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
+        """``batch_size`` uniformly drawn indices of stored items."""
+        length = len(self)
+        if length == 0:
+            raise RuntimeError(_EMPTY_MSG)
+        return self._unravel(torch.randint(length, (batch_size,), generator=generator))
+
+
+class ListStorage(Storage):
+    """A storage that keeps items in a Python list; it holds any object.
+
+    Args:
+        max_size: the largest number of items; ``None`` means unbounded.
+
+    Examples:
+        >>> storage = ListStorage(10)
+        >>> storage.set(slice(0, 3), ["a", 1, None])
+        >>> storage.get([2, 0])
+        [None, 'a']
+    """
+
+    def __init__(self, max_size: int | None = None, *, compilable: bool = False) -> None:
+        super().__init__(max_size, compilable=compilable)
+        if self.max_size is None:
+            self.max_size = 2**62
+        self._storage: list[Any] = []
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write one item (int cursor) or a sequence of items (slice / indices)."""
+        if isinstance(cursor, (int, np.integer)):
+            self._set_one(int(cursor), data, set_cursor)
+            return
+        if isinstance(cursor, slice):
+            cursor = range(*cursor.indices(cursor.stop if cursor.stop is not None else len(self)))
+        elif isinstance(cursor, torch.Tensor):
+            cursor = cursor.reshape(-1).tolist()
+        if isinstance(data, list):
+            items = data
+        elif isinstance(data, (torch.Tensor, TensorDictBase)):
+            items = list(data.unbind(0))
+        else:
+            count = len(cursor)
+            items = [_pytree.tree_map(lambda leaf, i=i: leaf[i], data) for i in range(count)]
+        if len(cursor) != len(items):
+            raise ValueError(
+                f"ListStorage.set: expected {len(cursor)} items for {len(cursor)} indices, got {len(items)}"
+            )
+        for position, item in zip(cursor, items):
+            self._set_one(int(position), item, set_cursor)
+
+    def _set_one(self, position: int, item: Any, set_cursor: bool) -> None:
+        if position < 0 or position >= self.max_size:
+            raise IndexError(f"index out of range: expected [0, {self.max_size}), got {position}")
+        if position < len(self._storage):
+            self._storage[position] = item
+        elif position == len(self._storage) and set_cursor:
+            self._storage.append(item)
+        else:
+            raise _out_of_range(position, len(self._storage))
+
+    def get(self, index: Any) -> Any:
+        """Read one item (int), a list of items (slice, index tensor, list of ints)."""
+        length = len(self._storage)
+        if isinstance(index, (int, np.integer)):
+            if not -length <= index < length:
+                raise _out_of_range(int(index), length)
+            return self._storage[index]
+        if isinstance(index, slice):
+            return self._storage[index]
+        indices = torch.as_tensor(index).reshape(-1)
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().squeeze(-1)
+        indices = indices.tolist()
+        if indices and not (-length <= min(indices) and max(indices) < length):
+            raise _out_of_range(index, length)
+        return [self._storage[i] for i in indices]
+
+    def _gather(self, index: Any) -> Any:
+        storage = self._storage
+        return [storage[i] for i in index.tolist()]
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def _empty(self) -> None:
+        self._storage.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored items (a list) for ``torch.save``."""
+        return {"_storage": list(self._storage)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Replace the stored items with those of ``state_dict``."""
+        items = state_dict["_storage"]
+        if not isinstance(items, list):
+            raise TypeError(
+                f"ListStorage state '_storage' must be a list, got {type(items).__name__}"
+            )
+        self._storage = list(items)
+
+    def __repr__(self) -> str:
+        return f"ListStorage(items={len(self)}, max_size={self.max_size})"
+
+
+class TensorStorage(Storage):
+    """A storage over contiguous tensors: a tensor, a TensorDict or a pytree of tensors.
+
+    All items share one structure; reading a batch is one gather per leaf. ``len`` counts
+    items over the first ``ndim`` dimensions (e.g. ``[B, T]`` frames with ``ndim=2``).
+
+    Args:
+        storage: the preallocated container; its leading dimension is the capacity.
+        max_size: capacity along the first dimension (defaults to the storage's).
+        device: the device of the storage (taken from ``storage`` when given).
+        ndim: how many leading dimensions index items.
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> import torch
+        >>> storage = TensorStorage(torch.zeros(10, 3))
+        >>> storage.set(slice(0, 2), torch.ones(2, 3))
+        >>> len(storage), storage.get(1)
+        (2, tensor([1., 1., 1.]))
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        max_size: int | None = None,
+        *,
+        device: torch.device | str | None = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
+        if int(ndim) < 1:
+            raise ValueError(f"ndim must be >= 1, got {ndim}")
+        self.ndim = int(ndim)
+        self._len_tensor = torch.zeros((), dtype=torch.int64)
+        self._len_np = self._len_tensor.numpy()
+        self._kind: str | None = None
+        self._td: TensorDictBase | None = None
+        self._treespec = None
+        if storage is not None:
+            self._adopt(storage)
+            if max_size is None:
+                max_size = self._td.shape[0]
+            elif int(max_size) != self._td.shape[0]:
+                raise ValueError(
+                    f"max_size mismatch: the storage given has {self._td.shape[0]} rows, got max_size={max_size}"
+                )
+            device = self._td.device
+        elif max_size is None:
+            raise ValueError("max_size is required when no storage is given")
+        super().__init__(max_size, compilable=compilable)
+        self.device = torch.device(device) if device is not None else None
+        if self._td is not None and (self._td.is_memmap() or self._td.is_shared()):
+            self._share_len()
+
+    # -- structure ---------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage has been allocated."""
+        return self._td is not None
+
+    def _adopt(self, storage: Any) -> None:
+        """Wrap a container (tensor, TensorDict or pytree) as the internal TensorDict."""
+        if isinstance(storage, TensorDictBase):
+            self._kind = "tensordict"
+            td = storage
+        elif isinstance(storage, torch.Tensor):
+            self._kind = "tensor"
+            td = TensorDict({_TENSOR_KEY: storage}, batch_size=storage.shape[: self.ndim])
+        else:
+            leaves, self._treespec = _pytree.tree_flatten(storage)
+            if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+                raise TypeError(
+                    f"{type(self).__name__} stores tensors, TensorDicts or pytrees of tensors; "
+                    f"got {type(storage).__name__}"
+                )
+            self._kind = "pytree"
+            td = TensorDict(
+                {str(i): leaf for i, leaf in enumerate(leaves)},
+                batch_size=leaves[0].shape[: self.ndim],
+            )
+        if td.batch_dims < self.ndim:
+            raise ValueError(
+                f"storage shape mismatch: expected at least {self.ndim} batch dimensions, got {tuple(td.shape)}"
+            )
+        if td.batch_dims > self.ndim:
+            td = td.copy()
+            td.batch_size = td.batch_size[: self.ndim]
+        self._td = td
+        self._build_plans()
+
+    def _build_plans(self) -> None:
+        td = self._td
+        self._plan = tensordict_plan(td, self.ndim)
+        self._keys = keys_of(self._plan)
+        self._leaves = [td.get(key) for key in self._keys]
+        self._item_shape = tuple(td.shape[1:])
+        flat = td if self.ndim == 1 else td.flatten(0, self.ndim - 1)
+        self._flat_plan = tensordict_plan(flat, 1)
+        self._flat_leaves = [flat.get(key) for key in self._keys]
+        self._strides = torch.tensor(
+            [math.prod(td.shape[d + 1 : self.ndim]) for d in range(self.ndim)], dtype=torch.long
+        )
+        self._out_device = self._td.device
+
+    def _share_len(self) -> None:
+        """Move the length to shared memory so other processes see it."""
+        self._len_tensor.share_memory_()
+        self._len_np = self._len_tensor.numpy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._len_np = self._len_tensor.numpy()
+        if self._td is not None:
+            self._build_plans()
+
+    @property
+    def _storage(self) -> Any:
+        """The container in the form it was given or inferred (tensor, TensorDict or pytree)."""
+        if self._td is None:
+            return None
+        return self._wrap(self._td)
+
+    def _wrap(self, td: TensorDictBase) -> Any:
+        if self._kind == "tensordict":
+            return td
+        if self._kind == "tensor":
+            return td.get(_TENSOR_KEY)
+        return _pytree.tree_unflatten(
+            [td.get(str(i)) for i in range(len(self._keys))], self._treespec
+        )
+
+    def _data_leaves(self, data: Any) -> list[torch.Tensor]:
+        """The leaves of ``data`` in storage order; a clear error when the structure differs."""
+        if self._kind == "tensordict":
+            if not isinstance(data, TensorDictBase):
+                raise TypeError(
+                    f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
+                )
+            leaves: list[torch.Tensor] = []
+            collect_leaves(data, self._plan, (), leaves)
+            return leaves
+        if self._kind == "tensor":
+            if not isinstance(data, torch.Tensor):
+                if isinstance(data, TensorDictBase):
+                    raise TypeError(
+                        "data type mismatch: this storage holds tensors, got a TensorDict"
+                    )
+                data = torch.as_tensor(data)
+            return [data]
+        leaves, spec = _pytree.tree_flatten(data)
+        if spec != self._treespec:
+            raise ValueError(
+                f"data structure mismatch: expected a pytree structured as {self._treespec}, got {spec}"
+            )
+        return leaves
+
+    # -- lazy allocation -----------------------------------------------------------------------
+    def _init(self, data: Any, batched: bool) -> None:
+        """Allocate the storage from the structure of the first data written."""
+        if isinstance(data, TensorDictBase):
+            kind = "tensordict"
+            keys = [_as_tuple(key) for key in data.keys(include_nested=True, leaves_only=True)]
+            leaves = [data.get(key) for key in keys]
+        elif isinstance(data, torch.Tensor):
+            kind, keys, leaves = "tensor", [(_TENSOR_KEY,)], [data]
+        else:
+            leaves, self._treespec = _pytree.tree_flatten(data)
+            for position, leaf in enumerate(leaves):
+                if not isinstance(leaf, (torch.Tensor, int, float, bool)):
+                    raise TypeError(
+                        f"{type(self).__name__} stores tensors only; got {type(leaf).__name__} "
+                        f"at pytree leaf {position}"
+                    )
+            leaves = [torch.as_tensor(leaf) for leaf in leaves]
+            kind, keys = "pytree", [(str(i),) for i in range(len(leaves))]
+            if not leaves:
+                raise ValueError("cannot allocate a storage from data with no tensor")
+        for key, leaf in zip(keys, leaves):
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(
+                    f"{type(self).__name__} stores tensors only; got {type(leaf).__name__} at key {key}"
+                )
+        if kind == "tensordict":
+            batch = tuple(data.batch_size)
+        else:
+            batch = tuple(leaves[0].shape)
+        other = batch[1 : self.ndim] if batched else batch[: self.ndim - 1]
+        if len(other) != self.ndim - 1:
+            raise ValueError(
+                f"data shape mismatch: a storage with ndim={self.ndim} needs data with at least "
+                f"{self.ndim if batched else self.ndim - 1} batch dimensions, got batch shape {batch}"
+            )
+        per_row = math.prod(other)
+        rows = -(-self.max_size // per_row)
+        self.max_size = rows * per_row
+        start = 1 if batched else 0
+        template = []
+        for key, leaf in zip(keys, leaves):
+            template.append((key, (rows, *leaf.shape[start:]), leaf.dtype))
+        tensors = self._allocate(template)
+        source: dict = {}
+        for (key, _, _), tensor in zip(template, tensors):
+            node = source
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = tensor
+        self._kind = kind
+        td = TensorDict(source, batch_size=(rows, *other), device=self._storage_device())
+        if kind == "tensordict":
+            self._restore_sub_batch(td, data, batched)
+        self._td = td
+        self._build_plans()
+
+    @staticmethod
+    def _restore_sub_batch(td: TensorDictBase, data: TensorDictBase, batched: bool) -> None:
+        for key, value in data.items(include_nested=True):
+            if isinstance(value, TensorDictBase):
+                dims = value.batch_size[1:] if batched else value.batch_size
+                td.get(key).batch_size = (td.shape[0], *dims)
+
+    def _storage_device(self) -> torch.device | None:
+        return self.device
+
+    def _allocate(self, template: list) -> list[torch.Tensor]:
+        raise RuntimeError(
+            f"{type(self).__name__} was not given a storage; use LazyTensorStorage to allocate lazily"
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write ``data`` at ``cursor``.
+
+        Args:
+            cursor: an int (one item), a slice or an index tensor along the first dimension.
+            data: one item (int cursor) or items stacked along a leading dimension.
+            set_cursor: whether the write may grow ``len(self)``.
+        """
+        single = isinstance(cursor, (int, np.integer))
+        if self._td is None:
+            self._init(data, batched=not single)
+        leaves = self._data_leaves(data)
+        if isinstance(cursor, slice):
+            for key, dst, src in zip(self._keys, self._leaves, leaves):
+                view = dst[cursor]
+                if view.shape != src.shape:
+                    raise self._shape_error(key, view.shape, src.shape)
+                view.copy_(src)
+        else:
+            if isinstance(cursor, (list, np.ndarray)):
+                cursor = torch.as_tensor(cursor, dtype=torch.long)
+            for key, dst, src in zip(self._keys, self._leaves, leaves):
+                expected = dst.shape[1:] if single else (cursor.shape[0], *dst.shape[1:])
+                if src.shape != expected and not (not single and cursor.ndim == 0):
+                    raise self._shape_error(key, torch.Size(expected), src.shape)
+                dst[cursor] = src
+        if set_cursor:
+            self._grow(cursor)
+
+    @staticmethod
+    def _shape_error(key: tuple, expected: torch.Size, got: torch.Size) -> ValueError:
+        return ValueError(
+            f"data shape mismatch at key {key}: expected shape {tuple(expected)}, got {tuple(got)}"
+        )
+
+    def _grow(self, cursor: Any) -> None:
+        if isinstance(cursor, slice):
+            end = cursor.stop
+        elif isinstance(cursor, (int, np.integer)):
+            end = int(cursor) + 1
+        else:
+            end = int(cursor.max()) + 1 if cursor.numel() else 0
+        if end > int(self._len_np):
+            self._len_np[()] = min(end, self._td.shape[0])
+
+    def _max_rows(self, data: Any = None, batched: bool = True) -> int:
+        if self._td is not None:
+            return self._td.shape[0]
+        if self.ndim == 1 or data is None:
+            return self.max_size
+        shape = (
+            data.batch_size
+            if isinstance(data, TensorDictBase)
+            else _pytree.tree_leaves(data)[0].shape
+        )
+        other = shape[1 : self.ndim] if batched else shape[: self.ndim - 1]
+        return -(-self.max_size // max(math.prod(other), 1))
+
+    def _rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.ndim == 1:
+            return rows
+        per_row = math.prod(self._td.shape[1 : self.ndim])
+        return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
+
+    def _set_len_along_dim0(self, length: int) -> None:
+        self._len_np[()] = length
+
+    # -- reading -------------------------------------------------------------------------------
+    @property
+    def _len_along_dim0(self) -> int:
+        return int(self._len_np)
+
+    def __len__(self) -> int:
+        if self._td is None:
+            return 0
+        return int(self._len_np) * math.prod(self._item_shape[: self.ndim - 1])
+
+    @property
+    def _total_shape(self) -> torch.Size | None:
+        return None if self._td is None else self._td.shape
+
+    @property
+    def shape(self) -> torch.Size | None:
+        """The shape of the stored items: leading dimension truncated to the filled length."""
+        if self._td is None:
+            return None
+        return torch.Size((int(self._len_np), *self._td.shape[1:]))
+
+    def _valid(self) -> TensorDictBase:
+        return self._td[: int(self._len_np)]
+
+    def get(self, index: Any) -> Any:
+        """Read items: an int, a slice, an index tensor / list along dim 0, or a tuple of those."""
+        if self._td is None:
+            raise RuntimeError(_EMPTY_MSG)
+        length = int(self._len_np)
+        if isinstance(index, (int, np.integer)):
+            if not -length <= index < length:
+                raise _out_of_range(int(index), length)
+            return self._wrap(self._td[int(index) % length])
+        if isinstance(index, slice):
+            return self._wrap(self._td[:length][index])
+        if isinstance(index, tuple):
+            return self._wrap(self._valid()[index])
+        indices = torch.as_tensor(index)
+        if indices.dtype == torch.bool:
+            return self._wrap(self._valid()[indices])
+        indices = indices.to(torch.long).reshape(-1)
+        if indices.numel():
+            low, high = (int(v) for v in torch.aminmax(indices))
+            if low < -length or high >= length:
+                raise _out_of_range(index, length)
+            if low < 0:
+                indices = indices.remainder(length)
+        return self._gather_rows(indices)
+
+    def _gather_rows(self, indices: torch.Tensor, extra: dict | None = None) -> Any:
+        batch = (indices.shape[0], *self._item_shape)
+        return self._gather_with(self._plan, self._leaves, indices, batch, extra)
+
+    def _gather_with(
+        self, plan: list, leaves: list, indices: torch.Tensor, batch: tuple, extra: dict | None
+    ) -> Any:
+        kind = self._kind
+        if kind == "tensor":
+            return leaves[0].index_select(0, indices)
+        if kind == "pytree":
+            gathered = [leaf.index_select(0, indices) for leaf in leaves]
+            return _pytree.tree_unflatten(gathered, self._treespec)
+        device = self._out_device
+        source = gather_source(plan, indices, batch, device)
+        if extra:
+            source.update(extra)
+        return TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+
+    def _gather(self, index: Any, extra: dict | None = None) -> Any:
+        """Read sampled items with one gather per leaf (indices are trusted)."""
+        if self.ndim == 1:
+            return self._gather_rows(index, extra)
+        flat = self._ravel(index)
+        return self._gather_with(self._flat_plan, self._flat_leaves, flat, (flat.shape[0],), extra)
+
+    def _unravel(self, flat_index: torch.Tensor) -> Any:
+        if self.ndim == 1:
+            return flat_index
+        return torch.unravel_index(flat_index, tuple(self._td.shape[: self.ndim]))
+
+    def _ravel(self, index: Any) -> torch.Tensor:
+        if self.ndim == 1:
+            return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if isinstance(index, tuple):
+            index = torch.stack([torch.as_tensor(i, dtype=torch.long) for i in index], -1)
+        index = torch.as_tensor(index, dtype=torch.long)
+        if index.ndim == 1:
+            return index
+        return (index * self._strides).sum(-1)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _empty(self) -> None:
+        self._len_np[()] = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Content (a TensorDict), length and layout, for ``torch.save``."""
+        return {
+            "_storage": None if self._td is None else self._td.to_tensordict(),
+            "initialized": self._td is not None,
+            "_len": int(self._len_np),
+            "kind": self._kind,
+            "treespec": None if self._treespec is None else _pytree.treespec_dumps(self._treespec),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore content and length; allocates the storage first when it is still lazy."""
+        content = state_dict["_storage"]
+        if content is not None:
+            if self._td is None:
+                self._kind = state_dict.get("kind", "tensordict")
+                if state_dict.get("treespec") is not None:
+                    self._treespec = _pytree.treespec_loads(state_dict["treespec"])
+                self.max_size = content.shape[0] * math.prod(content.shape[1 : self.ndim])
+                template = [
+                    (_as_tuple(key), tuple(content.get(key).shape), content.get(key).dtype)
+                    for key in content.keys(include_nested=True, leaves_only=True)
+                ]
+                tensors = self._allocate(template)
+                td = content.empty(recurse=True)
+                for (key, _, _), tensor in zip(template, tensors):
+                    td.set(key, tensor)
+                if self.device is not None:
+                    td = td.to(self.device)
+                self._td = td
+                self._build_plans()
+            elif content.shape != self._td.shape:
+                raise ValueError(
+                    f"state shape mismatch: expected storage shape {tuple(self._td.shape)}, got {tuple(content.shape)}"
+                )
+            self._td.update_(content)
+        self._len_np[()] = int(state_dict["_len"])
+
+    def __repr__(self) -> str:
+        shape = None if self._td is None else tuple(self._td.shape)
+        return f"{type(self).__name__}(items={len(self)}, max_size={self.max_size}, shape={shape}, device={self.device})"
+
+
+class LazyTensorStorage(TensorStorage):
+    """A tensor storage allocated on the first write, from the structure of the data.
+
+    Args:
+        max_size: the number of items to hold (with ``ndim > 1``, the number of elements
+            over the first ``ndim`` dimensions, rounded up to whole rows).
+        device: where to allocate (``"cpu"``, ``"cuda"``...).
+        ndim: how many leading dimensions index items.
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> storage = LazyTensorStorage(100)
+        >>> storage.set(slice(0, 4), TensorDict({"obs": torch.ones(4, 3)}, [4]))
+        >>> len(storage), storage.get(0)["obs"].shape
+        (4, torch.Size([3]))
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
+        super().__init__(
+            storage=None, max_size=max_size, device=device, ndim=ndim, compilable=compilable
+        )
+        self._shared_init = False
+
+    def _allocate(self, template: list) -> list[torch.Tensor]:
+        tensors = [
+            torch.empty(shape, dtype=dtype, device=self.device) for _, shape, dtype in template
+        ]
+        if self._shared_init:
+            tensors = [tensor.share_memory_() for tensor in tensors]
+            self._share_len()
+        return tensors
+
+
+def _remove_dir(path: str, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class LazyMemmapStorage(LazyTensorStorage):
+    """A tensor storage in memory-mapped files, allocated on the first write.
+
+    The files live in ``scratch_dir`` (a temporary folder removed with the storage when
+    omitted). The storage pickles by file name, so a buffer passed to another process writes
+    to the same files; the length is kept in shared memory so every process sees it.
+
+    Args:
+        max_size: the number of items to hold.
+        scratch_dir: the folder for the memory-mapped files.
+        device: where sampled batches are moved (the files are always on CPU).
+        ndim: how many leading dimensions index items.
+        existsok: whether existing files in ``scratch_dir`` may be overwritten.
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> storage = LazyMemmapStorage(10)
+        >>> storage.set(slice(0, 2), TensorDict({"obs": torch.zeros(2, 3)}, [2]))
+        >>> storage.get(torch.tensor([1, 0]))["obs"].shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        scratch_dir: str | os.PathLike | None = None,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        existsok: bool = False,
+        compilable: bool = False,
+    ) -> None:
+        super().__init__(max_size, device=device, ndim=ndim, compilable=compilable)
+        self.scratch_dir = None if scratch_dir is None else os.fspath(scratch_dir)
+        self.existsok = existsok
+        self._share_len()
+
+    def _storage_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def _allocate(self, template: list) -> list[torch.Tensor]:
+        folder = self.scratch_dir
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
+            weakref.finalize(self, _remove_dir, folder, os.getpid())
+        os.makedirs(folder, exist_ok=True)
+        tensors = []
+        for position, (_, shape, dtype) in enumerate(template):
+            filename = os.path.join(folder, f"leaf_{position}.memmap")
+            tensors.append(
+                MemoryMappedTensor.empty(
+                    shape, dtype=dtype, filename=filename, existsok=self.existsok
+                )
+            )
+        return tensors
+
+    def _build_plans(self) -> None:
+        super()._build_plans()
+        if self.device is not None and self.device.type != "cpu":
+            self._out_device = None
+
+    def _gather_with(self, plan, leaves, indices, batch, extra):
+        out = super()._gather_with(plan, leaves, indices, batch, extra)
+        if self.device is not None and self.device.type != "cpu":
+            return (
+                out.to(self.device)
+                if hasattr(out, "to")
+                else _pytree.tree_map(lambda x: x.to(self.device), out)
+            )
+        return out

@@ -1,0 +1,165 @@
+"""Small helpers shared by the replay-buffer components: leading sizes, slicing and stacking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from torch.utils import _pytree
+
+__all__ = [
+    "collect_leaves",
+    "gather_source",
+    "keys_of",
+    "leading_dim",
+    "slice_data",
+    "stack_items",
+    "tensordict_plan",
+]
+
+
+def leading_dim(data: Any) -> int:
+    """Number of items in ``data``: its leading dimension (or length, for a list).
+
+    Raises:
+        ValueError: when the leaves of a pytree do not share their leading dimension.
+
+    Examples:
+        >>> import torch
+        >>> leading_dim({"a": torch.zeros(3, 2), "b": (torch.ones(3),)})
+        3
+    """
+    if isinstance(data, TensorDictBase):
+        if not data.batch_dims:
+            raise ValueError(
+                "cannot extend with a TensorDict that has no batch dimension; use add()"
+            )
+        return data.batch_size[0]
+    if isinstance(data, torch.Tensor):
+        if not data.ndim:
+            raise ValueError("cannot extend with a 0-d tensor; use add()")
+        return data.shape[0]
+    if isinstance(data, list):
+        return len(data)
+    leaves = _pytree.tree_leaves(data)
+    sizes = {tuple(leaf.shape[:1]) for leaf in leaves if isinstance(leaf, torch.Tensor)}
+    if len(sizes) != 1 or () in sizes:
+        shapes = [tuple(leaf.shape) for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        raise ValueError(
+            f"extend expects all tensors of a pytree to share their leading dimension, got shapes {shapes}"
+        )
+    return sizes.pop()[0]
+
+
+def slice_data(data: Any, index: Any) -> Any:
+    """Index ``data`` along its leading dimension (tensors, TensorDicts, lists or pytrees)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        return data[index]
+    if isinstance(data, list):
+        if isinstance(index, slice):
+            return data[index]
+        return [data[i] for i in torch.as_tensor(index).tolist()]
+    return _pytree.tree_map(lambda leaf: leaf[index], data)
+
+
+def stack_items(items: list) -> Any:
+    """Stack a list of items: TensorDicts, tensors or pytrees of tensors; other lists stay lists.
+
+    Examples:
+        >>> import torch
+        >>> stack_items([torch.zeros(2), torch.ones(2)]).shape
+        torch.Size([2, 2])
+        >>> stack_items(["a", "b"])
+        ['a', 'b']
+    """
+    if not items:
+        return items
+    first = items[0]
+    if isinstance(first, TensorDictBase):
+        return LazyStackedTensorDict.maybe_dense_stack(items)
+    if isinstance(first, torch.Tensor):
+        try:
+            return torch.stack(items)
+        except RuntimeError:
+            return items
+    leaves = _pytree.tree_leaves(first)
+    if leaves and all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        try:
+            return _pytree.tree_map(lambda *xs: torch.stack(xs), *items)
+        except (RuntimeError, ValueError):
+            return items
+    if isinstance(first, (int, float, bool)) and all(type(x) is type(first) for x in items):
+        return torch.tensor(items)
+    return items
+
+
+def tensordict_plan(td: TensorDictBase, ndim: int) -> list[tuple[str, Any, Any]]:
+    """A gather plan: (key, tensor, None) for leaves, (key, sub_plan, trailing batch dims) for nodes."""
+    plan = []
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            plan.append((key, tensordict_plan(value, ndim), tuple(value.batch_size[ndim:])))
+        else:
+            plan.append((key, value, None))
+    return plan
+
+
+def gather_source(plan: list, index: torch.Tensor, batch: tuple[int, ...], device: Any) -> dict:
+    """The entries of a batch gathered along dim 0: one ``index_select`` per leaf."""
+    source = {}
+    for key, entry, sub_dims in plan:
+        if sub_dims is None:
+            source[key] = entry.index_select(0, index)
+        else:
+            sub_batch = torch.Size(batch + sub_dims)
+            source[key] = TensorDict._new_unsafe(
+                source=gather_source(entry, index, batch, device),
+                batch_size=sub_batch,
+                device=device,
+            )
+    return source
+
+
+def keys_of(plan: list, prefix: tuple = ()) -> list[tuple[str, ...]]:
+    """The nested keys of a plan's leaves, in plan order."""
+    keys = []
+    for key, entry, sub_dims in plan:
+        if sub_dims is None:
+            keys.append((*prefix, key))
+        else:
+            keys.extend(keys_of(entry, (*prefix, key)))
+    return keys
+
+
+def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> None:
+    """Append the leaves of ``td`` in plan order to ``out``; name the first key that differs."""
+    items = td._tensordict if type(td) is TensorDict else None
+    for key, entry, sub_dims in plan:
+        value = items.get(key) if items is not None else td.get(key, None)
+        if value is None:
+            raise ValueError(
+                f"data structure mismatch at key {(*prefix, key)}: the storage holds this key "
+                f"but the data written lacks it"
+            )
+        if sub_dims is None:
+            if not isinstance(value, torch.Tensor):
+                raise ValueError(
+                    f"data structure mismatch at key {(*prefix, key)}: expected a tensor, got "
+                    f"{type(value).__name__}"
+                )
+            out.append(value)
+        else:
+            if not isinstance(value, TensorDictBase):
+                raise ValueError(
+                    f"data structure mismatch at key {(*prefix, key)}: expected a TensorDict, "
+                    f"got {type(value).__name__}"
+                )
+            collect_leaves(value, entry, (*prefix, key), out)
+    if (len(items) if items is not None else len(td.keys())) != len(plan):
+        known = {key for key, _, _ in plan}
+        extra = [key for key in td.keys() if key not in known]
+        raise ValueError(
+            f"data structure mismatch at key {(*prefix, extra[0])}: the storage has no such key "
+            f"(stored keys at this level: {sorted(known)})"
+        )

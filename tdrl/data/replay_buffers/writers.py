@@ -1,0 +1,303 @@
+"""Writers: decide where new items go in a storage (round robin, keep the best, or refuse)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing import context as _mp_context
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.data.replay_buffers.utils import leading_dim, slice_data
+
+__all__ = [
+    "ImmutableDatasetWriter",
+    "RoundRobinWriter",
+    "TensorDictMaxValueWriter",
+    "TensorDictRoundRobinWriter",
+    "Writer",
+]
+
+_REDUCTIONS = ("sum", "mean", "max", "min", "median")
+
+
+def _new_lock() -> Any:
+    # A lock from the spawn context can be inherited by forked children and pickled to
+    # spawned or forkserver ones, so shared buffers work with every start method.
+    return multiprocessing.get_context("spawn").Lock()
+
+
+class Writer:
+    """Base class of writers: turns ``add`` / ``extend`` into storage writes and returns indices.
+
+    The cursor and the write count live in a small shared-memory tensor and every write holds
+    a process-safe lock, so several processes extending a shared storage lose no item.
+
+    Args:
+        compilable: accepted for API compatibility; it has no effect.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(LazyTensorStorage(4))
+        >>> writer.extend(torch.zeros(3, 2))
+        tensor([0, 1, 2])
+        >>> writer.extend(torch.ones(2, 2))
+        tensor([3, 0])
+    """
+
+    def __init__(self, compilable: bool = False) -> None:
+        self._storage = None
+        self._rng: torch.Generator | None = None
+        self._state = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._state_np = self._state.numpy()
+        self._lock = _new_lock()
+
+    def register_storage(self, storage: Any) -> None:
+        """Attach the storage this writer writes into."""
+        self._storage = storage
+
+    def add(self, data: Any) -> Any:
+        """Write one item; returns its index."""
+        raise NotImplementedError
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write items stacked along the leading dimension; returns their indices."""
+        raise NotImplementedError
+
+    @property
+    def _cursor(self) -> int:
+        return int(self._state_np[0])
+
+    @_cursor.setter
+    def _cursor(self, value: int) -> None:
+        self._state_np[0] = int(value)
+
+    @property
+    def _write_count(self) -> int:
+        return int(self._state_np[1])
+
+    def _empty(self) -> None:
+        self._state.zero_()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Cursor and write count."""
+        cursor, count = self._state.tolist()
+        return {"_cursor": cursor, "_write_count": count}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore cursor and write count."""
+        self._state.copy_(torch.tensor([state_dict["_cursor"], state_dict.get("_write_count", 0)]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_state_np")
+        if _mp_context.get_spawning_popen() is None:
+            # Outside process spawning (deepcopy, torch.save) the lock cannot travel.
+            state["_lock"] = None
+            state["_state"] = self._state.clone()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._lock is None:
+            self._lock = _new_lock()
+            self._state = self._state.share_memory_()
+        self._state_np = self._state.numpy()
+
+    def __repr__(self) -> str:
+        cursor, count = self._state.tolist()
+        return f"{type(self).__name__}(cursor={cursor}, write_count={count})"
+
+
+class RoundRobinWriter(Writer):
+    """Writes items one after the other and wraps around, overwriting the oldest.
+
+    Examples:
+        >>> from tdrl.data.replay_buffers import ListStorage
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(ListStorage(2))
+        >>> writer.add("a"), writer.add("b"), writer.add("c")
+        (0, 1, 0)
+    """
+
+    def add(self, data: Any) -> int:
+        """Write one item at the cursor and advance it."""
+        storage = self._storage
+        with self._lock:
+            state = self._state_np
+            cursor = int(state[0])
+            storage.set(cursor, data)
+            state[0] = (cursor + 1) % storage._max_rows(data, batched=False)
+            state[1] += 1
+        return cursor
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write a batch of items from the cursor on, wrapping around; returns their indices."""
+        storage = self._storage
+        count_new = leading_dim(data)
+        if count_new == 0:
+            return torch.zeros(0, dtype=torch.long)
+        with self._lock:
+            state = self._state_np
+            cursor = int(state[0])
+            rows = storage._max_rows(data, batched=True)
+            index = None
+            if count_new > rows:
+                data = slice_data(data, slice(count_new - rows, None))
+                start = (cursor + count_new - rows) % rows
+                index = (torch.arange(count_new) + cursor) % rows
+                cursor, written = start, rows
+            else:
+                written = count_new
+            if cursor + written <= rows:
+                storage.set(slice(cursor, cursor + written), data)
+                if index is None:
+                    index = torch.arange(cursor, cursor + written)
+            else:
+                positions = (torch.arange(written) + cursor) % rows
+                storage.set(positions, data)
+                if index is None:
+                    index = positions
+            state[0] = (cursor + written) % rows
+            state[1] += count_new
+        return index
+
+
+class TensorDictRoundRobinWriter(RoundRobinWriter):
+    """The round-robin writer used by TensorDict buffers (same placement rule).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> writer = TensorDictRoundRobinWriter()
+        >>> writer.register_storage(LazyTensorStorage(10))
+        >>> writer.extend(TensorDict({"a": torch.zeros(3)}, [3]))
+        tensor([0, 1, 2])
+    """
+
+
+class ImmutableDatasetWriter(Writer):
+    """A writer for read-only datasets: every write raises.
+
+    Examples:
+        >>> writer = ImmutableDatasetWriter()
+        >>> writer.add(1)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: this replay buffer is immutable (ImmutableDatasetWriter): it cannot be written to
+    """
+
+    _MSG = "this replay buffer is immutable (ImmutableDatasetWriter): it cannot be written to"
+
+    def add(self, data: Any) -> int:
+        """Refuse the write."""
+        raise RuntimeError(self._MSG)
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Refuse the write."""
+        raise RuntimeError(self._MSG)
+
+
+class TensorDictMaxValueWriter(Writer):
+    """Keeps the items with the highest rank (e.g. episode return) once the storage is full.
+
+    New items fill free slots first; afterwards an item is written only if its rank beats the
+    lowest stored rank, which it replaces. Selection is one ``topk`` over stored and new ranks.
+
+    Args:
+        rank_key: the key of the rank in written TensorDicts (default ``("next", "reward")``).
+        reduction: how to reduce a rank with extra dimensions to one number per item:
+            ``"sum"``, ``"mean"``, ``"max"``, ``"min"`` or ``"median"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> writer = TensorDictMaxValueWriter(rank_key="score")
+        >>> storage = LazyTensorStorage(2)
+        >>> writer.register_storage(storage)
+        >>> _ = writer.extend(TensorDict({"score": torch.tensor([1.0, 5.0, 3.0])}, [3]))
+        >>> sorted(storage.get(slice(None))["score"].tolist())
+        [3.0, 5.0]
+    """
+
+    def __init__(self, rank_key: Any = None, reduction: str = "sum", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        self._rank_key = ("next", "reward") if rank_key is None else rank_key
+        self._reduction = reduction
+        self._ranks: torch.Tensor | None = None
+
+    def _rank_of(self, data: TensorDictBase) -> torch.Tensor:
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"TensorDictMaxValueWriter writes TensorDicts, got {type(data).__name__}"
+            )
+        rank = data.get(self._rank_key, None)
+        if rank is None:
+            raise ValueError(
+                f"rank key {self._rank_key!r} not found in the data written (keys: "
+                f"{list(data.keys(include_nested=True, leaves_only=True))})"
+            )
+        rank = (
+            rank.reshape(rank.shape[0], -1).to(torch.float64) if rank.ndim else rank.reshape(1, 1)
+        )
+        if self._reduction == "median":
+            return rank.median(-1).values
+        if self._reduction in ("max", "min"):
+            return getattr(rank, f"a{self._reduction}")(-1)
+        return getattr(rank, self._reduction)(-1)
+
+    def add(self, data: TensorDictBase) -> int | None:
+        """Write one item if it ranks high enough; returns its index or ``None``."""
+        index = self.extend(data.unsqueeze(0))
+        return int(index[0]) if index.numel() else None
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write the items that rank high enough; returns the indices written to."""
+        storage = self._storage
+        ranks = self._rank_of(data)
+        with self._lock:
+            rows = storage._max_rows(data, batched=True)
+            if self._ranks is None or self._ranks.numel() != rows:
+                self._ranks = torch.full((rows,), float("-inf"), dtype=torch.float64)
+            length = (
+                storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
+            )
+            candidates = torch.cat([self._ranks[:length], ranks])
+            keep = candidates.topk(min(rows, candidates.numel())).indices
+            new_items = keep[keep >= length] - length
+            if new_items.numel() == 0:
+                return new_items
+            evicted = torch.ones(length, dtype=torch.bool)
+            evicted[keep[keep < length]] = False
+            slots = torch.cat([torch.arange(length, rows), evicted.nonzero().squeeze(-1)])
+            slots = slots[: new_items.numel()]
+            storage.set(slots, data[new_items])
+            self._ranks[slots] = ranks[new_items]
+            self._state_np[0] = int(slots[-1]) + 1
+            self._state_np[1] += new_items.numel()
+        return slots
+
+    def _empty(self) -> None:
+        super()._empty()
+        if self._ranks is not None:
+            self._ranks.fill_(float("-inf"))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Cursor, write count and stored ranks."""
+        return {
+            **super().state_dict(),
+            "_ranks": None if self._ranks is None else self._ranks.clone(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore cursor, write count and stored ranks."""
+        super().load_state_dict(state_dict)
+        ranks = state_dict.get("_ranks")
+        self._ranks = None if ranks is None else ranks.clone()

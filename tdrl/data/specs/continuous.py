@@ -1,0 +1,398 @@
+"""Box-like specs: :class:`Unbounded` (any value of a dtype) and :class:`Bounded` (``[low, high]``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from tdrl.data.specs.base import (
+    DEVICE_TYPING,
+    ShapeLike,
+    TensorSpec,
+    _as_dtype,
+    _as_shape,
+    _safe_shape,
+)
+from tdrl.data.specs.spaces import ContinuousBox
+
+__all__ = [
+    "Bounded",
+    "BoundedContinuous",
+    "BoundedDiscrete",
+    "Unbounded",
+    "UnboundedContinuous",
+    "UnboundedDiscrete",
+]
+
+_DEFAULT_SHAPE = torch.Size((1,))
+#: Integer samples of an Unbounded spec are drawn from this range (clipped to the dtype's range).
+_UNBOUNDED_INT_RANGE = (-(2**31), 2**31 - 1)
+_DOMAINS = ("continuous", "discrete")
+
+
+def _domain_of(dtype: torch.dtype) -> str:
+    return "continuous" if dtype.is_floating_point or dtype.is_complex else "discrete"
+
+
+def _check_domain(domain: str | None, dtype: torch.dtype, owner: str) -> str:
+    if domain is None:
+        return _domain_of(dtype)
+    if domain not in _DOMAINS:
+        raise ValueError(f"{owner}: domain must be one of {_DOMAINS}, got {domain!r}")
+    return domain
+
+
+def _dtype_limits(dtype: torch.dtype) -> tuple[float, float]:
+    if dtype == torch.bool:
+        return 0, 1
+    if dtype.is_floating_point:
+        return -float("inf"), float("inf")
+    info = torch.iinfo(dtype)
+    return info.min, info.max
+
+
+def _randint_like_range(
+    low: torch.Tensor | float,
+    high: torch.Tensor | float,
+    shape: torch.Size,
+    dtype: torch.dtype,
+    device,
+) -> torch.Tensor:
+    """Uniform integers in ``[low, high]`` (inclusive), tensors broadcast against ``shape``."""
+    low64 = torch.as_tensor(low, dtype=torch.float64, device=device)
+    high64 = torch.as_tensor(high, dtype=torch.float64, device=device)
+    sample = (torch.rand(shape, dtype=torch.float64, device=device) * (high64 - low64 + 1)).floor_()
+    sample = torch.minimum(torch.maximum(sample + low64, low64), high64)
+    return sample.to(dtype)
+
+
+class Unbounded(TensorSpec):
+    """Any value of a dtype: floats for a continuous spec, integers for a discrete one.
+
+    Args:
+        shape: shape of the entry, leading batch dims included (default ``(1,)``).
+        device: device of the values (default: torch's default device).
+        dtype: dtype of the values (default: torch's default float dtype). An integer or
+            bool dtype makes the spec discrete.
+        **kwargs: ``domain`` may be given explicitly ("continuous" or "discrete").
+
+    ``rand()`` samples a standard normal for float dtypes and uniform integers (within the
+    int32 range at most) for integer dtypes.
+
+    Examples:
+        >>> import torch
+        >>> spec = Unbounded((3,))
+        >>> spec.rand().shape, spec.dtype, spec.domain
+        (torch.Size([3]), torch.float32, 'continuous')
+        >>> Unbounded(2, dtype=torch.int64).domain
+        'discrete'
+        >>> spec.is_in(torch.full((3,), 1e9))
+        True
+    """
+
+    _kind = "unbounded"
+    _default_dtype: torch.dtype | None = None
+
+    def __init__(
+        self,
+        shape: ShapeLike | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        domain = kwargs.pop("domain", None)
+        if kwargs:
+            raise TypeError(f"Unbounded got unexpected keyword arguments {sorted(kwargs)}")
+        dtype = _as_dtype(dtype, self._default_dtype or torch.get_default_dtype())
+        shape = _DEFAULT_SHAPE if shape is None else shape
+        super().__init__(shape, device, dtype, _check_domain(domain, dtype, "Unbounded"))
+
+    @property
+    def space(self) -> ContinuousBox:
+        """The value range of the dtype (``-inf .. inf`` for floats)."""
+        low, high = _dtype_limits(self.dtype)
+        shape = _safe_shape(self.shape)
+        return ContinuousBox(
+            torch.full(shape, low, dtype=self.dtype, device=self.device),
+            torch.full(shape, high, dtype=self.dtype, device=self.device),
+        )
+
+    def _rand(self, shape: torch.Size) -> torch.Tensor:
+        dtype = self.dtype
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.randn(shape, dtype=dtype, device=self.device)
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, device=self.device).bool()
+        info = torch.iinfo(dtype)
+        low = max(info.min, _UNBOUNDED_INT_RANGE[0])
+        high = min(info.max, _UNBOUNDED_INT_RANGE[1])
+        return torch.randint(low, high, shape, dtype=dtype, device=self.device)
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.dtype == self.dtype:
+            return val
+        if (
+            not (self.dtype.is_floating_point or self.dtype.is_complex)
+            and val.dtype.is_floating_point
+        ):
+            low, high = _dtype_limits(self.dtype)
+            val = torch.nan_to_num(val).round().clamp(low, high)
+        return val.to(self.dtype)
+
+    def _cast_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        out = copy.copy(self)
+        out.dtype = dtype
+        out.domain = _domain_of(dtype)
+        return out
+
+    def cardinality(self) -> int:
+        """Number of values of the (integer) dtype; continuous specs raise TypeError."""
+        if self.domain == "continuous":
+            return super().cardinality()
+        low, high = _dtype_limits(self.dtype)
+        return int(high - low + 1)
+
+
+class UnboundedContinuous(Unbounded):
+    """An :class:`Unbounded` spec whose dtype defaults to torch's default float dtype.
+
+    Examples:
+        >>> UnboundedContinuous((2,)).dtype
+        torch.float32
+    """
+
+
+class UnboundedDiscrete(Unbounded):
+    """An :class:`Unbounded` spec whose dtype defaults to ``torch.int64``.
+
+    Examples:
+        >>> UnboundedDiscrete((2,)).dtype
+        torch.int64
+    """
+
+    _default_dtype = torch.int64
+
+
+def _bound_tensor(value: Any, name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=dtype)
+    try:
+        return torch.as_tensor(value, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"Bounded: {name} must be a number or a tensor, got {value!r}") from err
+
+
+class Bounded(TensorSpec):
+    """Values in the interval ``[low, high]`` (per element).
+
+    Args:
+        low: lower bound, a number or a tensor broadcastable to ``shape``.
+        high: upper bound, a number or a tensor broadcastable to ``shape``.
+        shape: shape of the entry. When omitted it is the broadcast shape of ``low`` and
+            ``high`` (``()`` for two numbers).
+        device: device of the values.
+        dtype: dtype of the values (default: torch's default float dtype). Integer dtypes
+            give a discrete spec whose values are the integers in ``[low, high]``.
+        domain: "continuous" or "discrete"; inferred from ``dtype`` when omitted.
+
+    ``low`` and ``high`` are stored as tensors of the spec's shape.
+
+    Examples:
+        >>> import torch
+        >>> spec = Bounded(low=-1.0, high=1.0, shape=(2,))
+        >>> spec.low
+        tensor([-1., -1.])
+        >>> bool(((spec.rand() >= -1) & (spec.rand() <= 1)).all())
+        True
+        >>> spec.project(torch.tensor([3.0, -0.5]))
+        tensor([ 1.0000, -0.5000])
+        >>> Bounded(0, 4, shape=(), dtype=torch.int64).cardinality()
+        5
+    """
+
+    _kind = "bounded"
+    _shaped_tensors = ("low", "high")
+    _default_dtype: torch.dtype | None = None
+
+    def __init__(
+        self,
+        low: float | torch.Tensor | Any,
+        high: float | torch.Tensor | Any,
+        shape: ShapeLike | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+        domain: str | None = None,
+    ) -> None:
+        default = self._default_dtype or torch.get_default_dtype()
+        if dtype is None and domain == "discrete":
+            default = torch.int64
+        dtype = _as_dtype(dtype, default)
+        domain = _check_domain(domain, dtype, "Bounded")
+        shape = _as_shape(shape)
+        device_ = torch.device(device) if device is not None else None
+        if device_ is None:
+            device_ = low.device if isinstance(low, torch.Tensor) else torch.get_default_device()
+        low_t = _bound_tensor(low, "low", dtype, device_)
+        high_t = _bound_tensor(high, "high", dtype, device_)
+        if shape is None:
+            try:
+                shape = torch.broadcast_shapes(low_t.shape, high_t.shape)
+            except RuntimeError as err:
+                raise ValueError(
+                    f"Bounded: low of shape {tuple(low_t.shape)} and high of shape "
+                    f"{tuple(high_t.shape)} cannot be broadcast together"
+                ) from err
+        safe = _safe_shape(shape)
+        try:
+            low_t = low_t.expand(safe)
+            high_t = high_t.expand(safe)
+        except RuntimeError as err:
+            raise ValueError(
+                f"Bounded: low/high of shapes {tuple(low_t.shape)} / {tuple(high_t.shape)} "
+                f"cannot be broadcast to the spec shape {tuple(shape)}"
+            ) from err
+        if (low_t > high_t).any():
+            raise ValueError(
+                f"Bounded: expected low <= high everywhere, got low={low_t.tolist()} "
+                f"and high={high_t.tolist()}"
+            )
+        super().__init__(shape, device_, dtype, domain)
+        self.low = low_t
+        self.high = high_t
+
+    @property
+    def space(self) -> ContinuousBox:
+        """The ``[low, high]`` box."""
+        return ContinuousBox(self.low, self.high)
+
+    @property
+    def minimum(self) -> torch.Tensor:
+        """Legacy name of :attr:`low`."""
+        return self.low
+
+    @property
+    def maximum(self) -> torch.Tensor:
+        """Legacy name of :attr:`high`."""
+        return self.high
+
+    def _scale(self) -> tuple[torch.Tensor, bool]:
+        """``high - low`` and whether it is finite everywhere, cached per bound tensors."""
+        cache = self.__dict__.get("_scale_cache")
+        if cache is not None and cache[0] is self.low and cache[1] is self.high:
+            return cache[2], cache[3]
+        scale = self.high - self.low
+        finite = bool(torch.isfinite(scale).all())
+        self._scale_cache = (self.low, self.high, scale, finite)
+        return scale, finite
+
+    def _uniform_int_bounds(self) -> tuple[int, int] | None:
+        """``(low, high)`` as ints when they are the same for every element (cached)."""
+        cache = self.__dict__.get("_int_cache")
+        if cache is not None and cache[0] is self.low and cache[1] is self.high:
+            return cache[2]
+        low, high = self.low.flatten(), self.high.flatten()
+        bounds = None
+        if (
+            low.numel()
+            and bool((low == low[0]).all())
+            and bool((high == high[0]).all())
+            and bool(torch.isfinite(low[0].double()))
+            and bool(torch.isfinite(high[0].double()))
+            and abs(float(high[0]) - float(low[0])) < 2**62
+        ):
+            bounds = (int(low[0]), int(high[0]))
+        self._int_cache = (self.low, self.high, bounds)
+        return bounds
+
+    def _rand(self, shape: torch.Size) -> torch.Tensor:
+        low, high = self.low, self.high
+        if self.domain == "discrete" or not (self.dtype.is_floating_point or self.dtype.is_complex):
+            bounds = self._uniform_int_bounds()
+            if bounds is not None:
+                return torch.randint(bounds[0], bounds[1] + 1, shape, device=self.device).to(
+                    self.dtype
+                )
+            return _randint_like_range(low, high, shape, self.dtype, self.device)
+        scale, finite = self._scale()
+        if finite:
+            sample = torch.rand(shape, dtype=self.dtype, device=self.device).mul_(scale).add_(low)
+            return sample.clamp_(low, high)
+        finite_mask = torch.isfinite(scale)
+        uniform = torch.rand(shape, dtype=self.dtype, device=self.device) * torch.where(
+            finite_mask, scale, 0
+        ) + torch.where(finite_mask, low, 0)
+        normal = torch.randn(shape, dtype=self.dtype, device=self.device) + torch.where(
+            torch.isfinite(low), low, torch.where(torch.isfinite(high), high, 0)
+        )
+        return torch.where(finite_mask, uniform, normal).clamp_(low, high)
+
+    def _in_domain(self, val: torch.Tensor) -> bool:
+        low, high = self.low, self.high
+        if low.device != val.device:
+            low, high = low.to(val.device), high.to(val.device)
+        return bool((val >= low).all()) and bool((val <= high).all())
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.dtype.is_floating_point:
+            val = torch.nan_to_num(val)
+            if not (self.dtype.is_floating_point or self.dtype.is_complex):
+                val = val.round()
+        if val.dtype != self.dtype:
+            val = val.to(self.dtype)
+        return torch.minimum(torch.maximum(val, self.low), self.high)
+
+    def _cast_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        out = copy.copy(self)
+        out.dtype = dtype
+        out.domain = _domain_of(dtype)
+        out.low = self.low.to(dtype)
+        out.high = self.high.to(dtype)
+        return out
+
+    def _same_attributes(self, other: TensorSpec) -> bool:
+        return torch.equal(self.low, other.low.to(self.device)) and torch.equal(
+            self.high, other.high.to(self.device)
+        )
+
+    def cardinality(self) -> int:
+        """Number of integers in ``[low, high]`` (bounds must be the same for every element)."""
+        if self.domain == "continuous":
+            return super().cardinality()
+        counts = (self.high.to(torch.float64) - self.low.to(torch.float64) + 1).flatten()
+        if counts.numel() == 0:
+            return 0
+        if not bool((counts == counts[0]).all()):
+            raise ValueError("Bounded.cardinality: bounds differ between elements")
+        return int(counts[0])
+
+    def _repr_extra(self) -> str:
+        low, high = self.low, self.high
+        if (
+            low.numel()
+            and bool((low == low.flatten()[0]).all())
+            and bool((high == high.flatten()[0]).all())
+        ):
+            return f"low={low.flatten()[0].item()}, high={high.flatten()[0].item()}"
+        return f"low={low.tolist()}, high={high.tolist()}"
+
+
+class BoundedContinuous(Bounded):
+    """A :class:`Bounded` spec whose dtype defaults to torch's default float dtype.
+
+    Examples:
+        >>> BoundedContinuous(0.0, 1.0, shape=(2,)).domain
+        'continuous'
+    """
+
+
+class BoundedDiscrete(Bounded):
+    """A :class:`Bounded` spec whose dtype defaults to ``torch.int64`` (integers in ``[low, high]``).
+
+    Examples:
+        >>> BoundedDiscrete(0, 3, shape=(2,)).dtype
+        torch.int64
+    """
+
+    _default_dtype = torch.int64

@@ -1,0 +1,339 @@
+"""Multi-choice discrete specs: :class:`MultiCategorical` (indices) and :class:`MultiOneHot`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from tdrl.data.specs.base import (
+    DEVICE_TYPING,
+    ShapeLike,
+    TensorSpec,
+    _as_dtype,
+    _as_shape,
+    _mask_or_none,
+    _safe_shape,
+)
+from tdrl.data.specs.categorical import _masked_argmax, _masked_choice
+from tdrl.data.specs.spaces import BoxList
+
+__all__ = ["MultiCategorical", "MultiOneHot"]
+
+
+def _check_nvec(nvec: Any, owner: str) -> torch.Tensor:
+    try:
+        nvec_t = torch.as_tensor(nvec)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{owner}: nvec must be a sequence of ints, got {nvec!r}") from err
+    if nvec_t.ndim == 0:
+        nvec_t = nvec_t.unsqueeze(0)
+    if nvec_t.dtype.is_floating_point or nvec_t.dtype == torch.bool:
+        raise TypeError(f"{owner}: nvec must hold ints, got dtype {nvec_t.dtype}")
+    if nvec_t.numel() == 0:
+        raise ValueError(f"{owner}: nvec must not be empty")
+    if bool((nvec_t <= 0).any()):
+        raise ValueError(f"{owner}: every entry of nvec must be > 0, got {nvec_t.tolist()}")
+    return nvec_t.to(torch.int64)
+
+
+class MultiCategorical(TensorSpec):
+    """Several categorical indices side by side: entry ``i`` of the last dim is in ``[0, nvec[i])``.
+
+    Args:
+        nvec: number of categories of each sub-action (a sequence or a tensor that
+            broadcasts to ``shape``).
+        shape: shape of the entry, ending with ``len(nvec)`` (default ``nvec.shape``).
+        device: device of the values.
+        dtype: integer dtype of the values (default ``torch.int64``).
+        mask: optional boolean tensor of shape ``shape[:-1] + (sum(nvec),)``: the allowed
+            categories of each sub-action, concatenated.
+        remove_singleton: kept for API compatibility; values always have the spec's shape.
+
+    Examples:
+        >>> import torch
+        >>> spec = MultiCategorical([2, 3])
+        >>> spec.shape
+        torch.Size([2])
+        >>> spec.is_in(torch.tensor([1, 2]))
+        True
+        >>> spec.project(torch.tensor([5, -1]))
+        tensor([1, 0])
+        >>> spec.cardinality()
+        6
+    """
+
+    _kind = "multi_categorical"
+    _event_ndim = 1
+    _shaped_tensors = ("nvec", "mask")
+
+    def __init__(
+        self,
+        nvec: Any,
+        shape: ShapeLike | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str = torch.int64,
+        mask: torch.Tensor | None = None,
+        remove_singleton: bool = True,
+    ) -> None:
+        name = type(self).__name__
+        nvec_t = _check_nvec(nvec, name)
+        shape = nvec_t.shape if shape is None else _as_shape(shape)
+        if not shape or shape[-1] != nvec_t.shape[-1]:
+            raise ValueError(
+                f"{name}: expected the last dim of shape to be len(nvec)={nvec_t.shape[-1]}, "
+                f"got shape {tuple(shape)}"
+            )
+        dtype = _as_dtype(dtype, torch.int64)
+        if dtype.is_floating_point or dtype.is_complex:
+            raise TypeError(f"{name}: expected an integer dtype, got {dtype}")
+        super().__init__(shape, device, dtype, "discrete")
+        try:
+            self.nvec = nvec_t.to(self.device).expand(_safe_shape(shape))
+        except RuntimeError as err:
+            raise ValueError(
+                f"{name}: nvec of shape {tuple(nvec_t.shape)} does not broadcast to {tuple(shape)}"
+            ) from err
+        self.remove_singleton = remove_singleton
+        self.mask = None
+        self.update_mask(mask)
+
+    def _row(self) -> list[int]:
+        """``nvec`` of one element (masks and spaces need it to be the same everywhere)."""
+        flat = self.nvec.reshape(-1, self.nvec.shape[-1])
+        if flat.shape[0] > 1 and not bool((flat == flat[0]).all()):
+            raise ValueError(f"{type(self).__name__}: nvec differs between batch elements")
+        return flat[0].tolist()
+
+    @property
+    def space(self) -> BoxList:
+        """One categorical box per sub-action."""
+        return BoxList.from_nvec(self._row())
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set (or clear) the mask of allowed categories, shape ``shape[:-1] + (sum(nvec),)``."""
+        expected = torch.Size((*self.shape[:-1], sum(self._row()))) if mask is not None else None
+        self.mask = _mask_or_none(mask, expected, self.device, type(self).__name__)
+
+    def _rand(self, shape: torch.Size) -> torch.Tensor:
+        if self.mask is None:
+            sample = (
+                torch.rand(shape, device=self.device, dtype=torch.float64) * self.nvec
+            ).floor()
+            return torch.minimum(sample.to(torch.int64), self.nvec - 1).to(self.dtype)
+        batch = shape[:-1]
+        parts = [
+            _masked_choice(sub, batch, type(self).__name__)
+            for sub in self.mask.split(self._row(), dim=-1)
+        ]
+        return torch.stack(parts, -1).to(self.dtype)
+
+    def _in_domain(self, val: torch.Tensor) -> bool:
+        if not (bool((val >= 0).all()) and bool((val < self.nvec).all())):
+            return False
+        if self.mask is None:
+            return True
+        for i, sub in enumerate(self.mask.split(self._row(), dim=-1)):
+            index = val[..., i].long()
+            if not bool(
+                sub.expand(*index.shape, sub.shape[-1]).gather(-1, index.unsqueeze(-1)).all()
+            ):
+                return False
+        return True
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.dtype.is_floating_point:
+            val = torch.nan_to_num(val).round()
+        val = torch.minimum(torch.maximum(val.long(), torch.zeros_like(self.nvec)), self.nvec - 1)
+        if self.mask is not None:
+            columns = []
+            for i, sub in enumerate(self.mask.split(self._row(), dim=-1)):
+                sub = sub.expand(*val.shape[:-1], sub.shape[-1])
+                index = val[..., i]
+                allowed = sub.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+                columns.append(torch.where(allowed, index, sub.to(torch.int8).argmax(-1)))
+            val = torch.stack(columns, -1)
+        return val.to(self.dtype)
+
+    def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Concatenated one-hot encodings of each sub-action (bool)."""
+        if safe:
+            self.assert_is_in(val)
+        parts = [
+            torch.nn.functional.one_hot(val[..., i].long(), n) for i, n in enumerate(self._row())
+        ]
+        return torch.cat(parts, -1).to(torch.bool)
+
+    def to_one_hot_spec(self) -> MultiOneHot:
+        """The equivalent :class:`MultiOneHot` spec."""
+        row = self._row()
+        return MultiOneHot(
+            row, shape=(*self.shape[:-1], sum(row)), device=self.device, mask=self.mask
+        )
+
+    def cardinality(self) -> int:
+        """Number of joint values, ``prod(nvec)``."""
+        return math.prod(self._row())
+
+    def _same_attributes(self, other: TensorSpec) -> bool:
+        if not torch.equal(self.nvec, other.nvec.to(self.device)):
+            return False
+        if (self.mask is None) != (other.mask is None):
+            return False
+        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
+
+    def _repr_extra(self) -> str:
+        try:
+            return f"nvec={self._row()}"
+        except ValueError:
+            return f"nvec={self.nvec.tolist()}"
+
+
+class MultiOneHot(TensorSpec):
+    """Several one-hot vectors concatenated along the last dim (sizes ``nvec``).
+
+    Args:
+        nvec: number of categories of each sub-action.
+        shape: shape of the entry, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
+        device: device of the values.
+        dtype: dtype of the vectors (default ``torch.bool``).
+        mask: optional boolean tensor of the spec's shape marking allowed categories.
+
+    ``encode`` takes per-sub-action indices and ``to_numpy`` returns them (what
+    gymnasium's ``MultiDiscrete`` space speaks).
+
+    Examples:
+        >>> import torch
+        >>> spec = MultiOneHot([2, 3])
+        >>> spec.rand().shape
+        torch.Size([5])
+        >>> spec.encode([1, 0])
+        tensor([False,  True,  True, False, False])
+        >>> spec.to_numpy(spec.encode([1, 0]))
+        array([1, 0])
+    """
+
+    _kind = "multi_one_hot"
+    _event_ndim = 1
+    _shaped_tensors = ("mask",)
+
+    def __init__(
+        self,
+        nvec: Any,
+        shape: ShapeLike | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str = torch.bool,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        name = type(self).__name__
+        nvec_t = _check_nvec(nvec, name)
+        if nvec_t.ndim != 1:
+            raise ValueError(
+                f"{name}: nvec must be one-dimensional, got shape {tuple(nvec_t.shape)}"
+            )
+        self.nvec = [int(n) for n in nvec_t.tolist()]
+        total = sum(self.nvec)
+        shape = torch.Size((total,)) if shape is None else _as_shape(shape)
+        if not shape or shape[-1] != total:
+            raise ValueError(
+                f"{name}: expected the last dim of shape to be sum(nvec)={total}, got shape {tuple(shape)}"
+            )
+        super().__init__(shape, device, _as_dtype(dtype, torch.bool), "discrete")
+        self.mask = _mask_or_none(mask, shape, self.device, name)
+
+    @property
+    def space(self) -> BoxList:
+        """One categorical box per sub-action."""
+        return BoxList.from_nvec(self.nvec)
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set (or clear) the mask of allowed categories (the spec's shape)."""
+        self.mask = _mask_or_none(mask, self.shape, self.device, type(self).__name__)
+
+    def _rand(self, shape: torch.Size) -> torch.Tensor:
+        batch = shape[:-1]
+        parts = []
+        subs = (
+            self.mask.split(self.nvec, dim=-1) if self.mask is not None else [None] * len(self.nvec)
+        )
+        for n, sub in zip(self.nvec, subs):
+            if sub is None:
+                index = torch.randint(0, n, batch, device=self.device)
+            else:
+                index = _masked_choice(sub, batch, type(self).__name__)
+            parts.append(torch.nn.functional.one_hot(index, n))
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def _in_domain(self, val: torch.Tensor) -> bool:
+        as_int = val.to(torch.int64)
+        if not bool(((as_int == 0) | (as_int == 1)).all()):
+            return False
+        if not all(bool((part.sum(-1) == 1).all()) for part in as_int.split(self.nvec, dim=-1)):
+            return False
+        return self.mask is None or not bool((val.bool() & ~self.mask).any())
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        subs = (
+            self.mask.split(self.nvec, dim=-1) if self.mask is not None else [None] * len(self.nvec)
+        )
+        parts = [
+            torch.nn.functional.one_hot(_masked_argmax(part, sub), n)
+            for part, sub, n in zip(val.split(self.nvec, dim=-1), subs, self.nvec)
+        ]
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def _indices(self, val: torch.Tensor) -> torch.Tensor:
+        return torch.stack([part.long().argmax(-1) for part in val.split(self.nvec, dim=-1)], -1)
+
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Convert per-sub-action indices (last dim ``len(nvec)``) to multi-one-hot vectors."""
+        device = None if ignore_device else self.device
+        if not isinstance(val, torch.Tensor):
+            if isinstance(val, np.ndarray) and not val.flags.writeable:
+                val = val.copy()
+            val = torch.as_tensor(val, device=device)
+        elif device is not None:
+            val = val.to(device)
+        if val.ndim == 0 or val.shape[-1] != len(self.nvec) or val.dtype.is_floating_point:
+            raise ValueError(
+                f"MultiOneHot.encode: expected integer indices with last dim {len(self.nvec)}, "
+                f"got shape {tuple(val.shape)} and dtype {val.dtype}"
+            )
+        parts = [
+            torch.nn.functional.one_hot(val[..., i].long(), n) for i, n in enumerate(self.nvec)
+        ]
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> np.ndarray:
+        """Per-sub-action indices, as a numpy array."""
+        if safe:
+            self.assert_is_in(val)
+        return self._indices(val.detach()).cpu().numpy()
+
+    def to_categorical(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Per-sub-action indices (last dim becomes ``len(nvec)``)."""
+        if safe:
+            self.assert_is_in(val)
+        return self._indices(val)
+
+    def to_categorical_spec(self) -> MultiCategorical:
+        """The equivalent :class:`MultiCategorical` spec."""
+        return MultiCategorical(
+            self.nvec, shape=(*self.shape[:-1], len(self.nvec)), device=self.device, mask=self.mask
+        )
+
+    def cardinality(self) -> int:
+        """Number of joint values, ``prod(nvec)``."""
+        return math.prod(self.nvec)
+
+    def _same_attributes(self, other: TensorSpec) -> bool:
+        if self.nvec != other.nvec:
+            return False
+        if (self.mask is None) != (other.mask is None):
+            return False
+        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
+
+    def _repr_extra(self) -> str:
+        return f"nvec={self.nvec}"

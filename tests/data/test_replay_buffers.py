@@ -1,0 +1,427 @@
+import copy
+import pickle
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import replay_buffers as rbs
+from tdrl.data.replay_buffers import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedReplayBuffer,
+    PrioritizedSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
+
+
+def _td(n, start=0):
+    obs = torch.arange(start, start + n, dtype=torch.float32)
+    return TensorDict(
+        {
+            "obs": obs.unsqueeze(-1).expand(n, 3).clone(),
+            "action": torch.zeros(n, 2),
+            "next": {"obs": obs.unsqueeze(-1) + 1, "done": torch.zeros(n, 1, dtype=torch.bool)},
+        },
+        [n],
+    )
+
+
+STORAGES = [
+    pytest.param(lambda tmp: ListStorage(20), id="list"),
+    pytest.param(lambda tmp: LazyTensorStorage(20), id="lazy"),
+    pytest.param(lambda tmp: LazyMemmapStorage(20, scratch_dir=tmp / "mm"), id="memmap"),
+]
+
+
+def test_seed_list_storage_example():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.add("a string!")
+    rb.extend([30, None])
+    assert len(rb) == 3
+    assert rb[0] == "a string!" and rb[1] == 30 and rb[2] is None
+
+
+def test_seed_tensor_storage_example():
+    container = torch.empty(10, 3, 8, 8, dtype=torch.uint8)
+    rb = ReplayBuffer(storage=TensorStorage(container))
+    img = torch.randint(255, (3, 8, 8), dtype=torch.uint8)
+    rb.add(img)
+    assert len(rb) == 1
+    assert torch.equal(container[0], img)
+    assert torch.equal(rb[0], img)
+
+
+def test_seed_memmap_pytree_example(tmp_path):
+    rb_td = ReplayBuffer(storage=LazyMemmapStorage(10, scratch_dir=tmp_path / "a"), batch_size=1)
+    rb_td.add(
+        TensorDict(
+            {
+                "img": torch.randint(255, (3, 8, 8), dtype=torch.uint8),
+                "labels": torch.randint(100, ()),
+            },
+            batch_size=[],
+        )
+    )
+    assert len(rb_td) == 1
+    assert rb_td[0]["img"].dtype == torch.uint8
+    assert rb_td.sample(4)["labels"].shape == (4,)
+    rb_pytree = ReplayBuffer(storage=LazyMemmapStorage(10, scratch_dir=tmp_path / "b"))
+    rb_pytree.extend({"a": {"b": torch.randn(3), "c": [torch.zeros(3, 2), (torch.ones(3, 10),)]}})
+    assert len(rb_pytree) == 3
+    sample = rb_pytree.sample(5)
+    assert sample["a"]["c"][0].shape == (5, 2)
+    assert sample["a"]["c"][1][0].shape == (5, 10)
+    assert isinstance(sample["a"]["c"][1], tuple)
+
+
+def test_pytree_leaves_must_share_leading_dim():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    with pytest.raises(ValueError, match="leading dimension"):
+        rb.extend({"a": torch.zeros(3), "b": torch.zeros(4)})
+
+
+def test_list_is_many_items_tuple_is_one_pytree():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend([torch.zeros(2), torch.ones(2)])
+    assert len(rb) == 2 and torch.equal(rb[1], torch.ones(2))
+    rb2 = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb2.extend((torch.zeros(4, 2), torch.arange(4)))
+    assert len(rb2) == 4
+    assert torch.equal(rb2[3][1], torch.tensor(3))
+    rb3 = ReplayBuffer(storage=ListStorage(10))
+    rb3.add((1, "x"))
+    assert rb3[0] == (1, "x")
+
+
+@pytest.mark.parametrize("make", STORAGES)
+def test_extend_sample_getitem(make, tmp_path):
+    rb = TensorDictReplayBuffer(storage=make(tmp_path), batch_size=8)
+    index = rb.extend(_td(5))
+    assert index.tolist() == [0, 1, 2, 3, 4]
+    assert len(rb) == 5
+    sample = rb.sample()
+    assert sample.batch_size == (8,)
+    assert torch.equal(sample["obs"][:, 0], sample["index"].float())
+    assert torch.equal(sample["next", "obs"][:, 0], sample["index"].float() + 1)
+    assert rb[2]["obs"][0] == 2
+    assert rb[1:3]["obs"][:, 0].tolist() == [1, 2]
+    assert rb[torch.tensor([4, 0])]["obs"][:, 0].tolist() == [4, 0]
+    assert rb[:]["obs"].shape == (5, 3)
+
+
+@pytest.mark.parametrize("make", STORAGES)
+def test_round_robin_wraps(make, tmp_path):
+    rb = ReplayBuffer(storage=make(tmp_path))
+    rb.extend(torch.arange(15))
+    index = rb.extend(torch.arange(15, 25))
+    assert index.tolist() == [15, 16, 17, 18, 19, 0, 1, 2, 3, 4]
+    assert len(rb) == 20
+    stored = rb[:]
+    assert stored[:5].tolist() == [20, 21, 22, 23, 24]
+    assert stored[5:].tolist() == list(range(5, 20))
+    assert rb.write_count == 25
+
+
+def test_extend_larger_than_capacity_keeps_last_items():
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(torch.arange(3))
+    index = rb.extend(torch.arange(10))
+    assert index.shape == (10,)
+    assert sorted(rb[:].tolist()) == [6, 7, 8, 9]
+    rb.add(torch.tensor(100))
+    assert 100 in rb[:].tolist() and len(rb) == 4
+
+
+def test_setitem_does_not_move_cursor():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(5))
+    rb[1] = torch.tensor(42)
+    rb[torch.tensor([2, 3])] = torch.tensor([7, 8])
+    rb[-1] = torch.tensor(-1)
+    assert rb[:].tolist() == [0, 42, 7, 8, -1]
+    assert len(rb) == 5
+    assert rb.extend(torch.tensor([9])).tolist() == [5]
+    with pytest.raises(IndexError, match="out of range"):
+        rb[7] = torch.tensor(1)
+
+
+def test_index_out_of_range_messages():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(5))
+    with pytest.raises(IndexError, match=r"expected indices in \[-5, 5\)"):
+        rb[5]
+    with pytest.raises(IndexError, match="out of range"):
+        rb[torch.tensor([0, 9])]
+    rbl = ReplayBuffer(storage=ListStorage(10))
+    rbl.extend([1, 2])
+    with pytest.raises(IndexError, match="out of range"):
+        rbl[3]
+
+
+def test_negative_and_bool_indices():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(5))
+    assert rb[-1] == 4
+    assert rb[torch.tensor([-1, -2])].tolist() == [4, 3]
+    assert rb[torch.tensor([True, False, True, False, False])].tolist() == [0, 2]
+
+
+def test_sample_empty_buffer_raises():
+    for rb in (
+        ReplayBuffer(storage=LazyTensorStorage(10)),
+        ReplayBuffer(storage=ListStorage(10)),
+        PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10)),
+        ReplayBuffer(storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement()),
+    ):
+        with pytest.raises(RuntimeError, match="empty"):
+            rb.sample(4)
+
+
+def test_sample_needs_batch_size():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(3))
+    with pytest.raises(ValueError, match="batch_size"):
+        rb.sample()
+    assert rb.sample(2).shape == (2,)
+
+
+def test_structure_mismatch_names_key():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(_td(3))
+    bad = _td(2).exclude(("next", "done"))
+    with pytest.raises(ValueError, match=r"\('next', 'done'\)"):
+        rb.extend(bad)
+    extra = _td(2)
+    extra["other"] = torch.zeros(2)
+    with pytest.raises(ValueError, match="other"):
+        rb.extend(extra)
+    wrong_shape = _td(2)
+    wrong_shape["obs"] = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match=r"'obs'.*expected shape \(2, 3\), got \(2, 4\)"):
+        rb.extend(wrong_shape)
+    with pytest.raises(TypeError, match="TensorDict"):
+        rb.extend(torch.zeros(3))
+    assert len(rb) == 3
+
+
+def test_iter_without_replacement_is_finite():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(20), sampler=SamplerWithoutReplacement(), batch_size=4
+    )
+    rb.extend(torch.arange(10))
+    batches = list(rb)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(torch.cat(batches).tolist()) == list(range(10))
+    assert len(list(rb)) == 3
+    rb_drop = ReplayBuffer(
+        storage=LazyTensorStorage(20),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=4,
+    )
+    rb_drop.extend(torch.arange(10))
+    assert [len(b) for b in rb_drop] == [4, 4]
+
+
+def test_iter_with_random_sampler_is_endless():
+    rb = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=2)
+    rb.extend(torch.arange(10))
+    iterator = iter(rb)
+    assert all(next(iterator).shape == (2,) for _ in range(50))
+
+
+def test_empty():
+    rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(6))
+    rb.empty()
+    assert len(rb) == 0 and rb.write_count == 0
+    with pytest.raises(RuntimeError, match="empty"):
+        rb.sample(2)
+    assert rb.extend(torch.arange(2)).tolist() == [0, 1]
+    assert set(rb.sample(20).tolist()) <= {0, 1}
+
+
+class _AddOne:
+    def __call__(self, data):
+        return data + 1
+
+    def inv(self, data):
+        return data * 10
+
+
+def test_transforms_forward_on_sample_inv_on_extend():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.append_transform(_AddOne())
+    rb.extend(torch.tensor([1, 2]))
+    assert rb.storage[:].tolist() == [10, 20]
+    assert sorted(set(rb.sample(20).tolist())) == [11, 21]
+    assert rb[0] == 11
+    rb.insert_transform(0, lambda x: x * 2)
+    assert rb[0] == 21
+    assert len(rb.transform) == 2
+    rb2 = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb2.append_transform(_AddOne(), invert=True)
+    rb2.extend(torch.tensor([1, 2]))
+    assert rb2.storage[:].tolist() == [2, 3]
+    assert rb2[1] == 30
+
+
+def test_module_transform_on_tensordict():
+    class Scale(torch.nn.Module):
+        def forward(self, td):
+            td["obs"] = td["obs"] * 2
+            return td
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Scale())
+    rb.extend(_td(3))
+    sample = rb.sample(6)
+    assert torch.equal(sample["obs"][:, 0], sample["index"].float() * 2)
+
+
+def test_collate_fn_and_list_storage_stacking():
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=3)
+    rb.extend([torch.ones(2) * i for i in range(4)])
+    assert rb.sample().shape == (3, 2)
+    rb_td = ReplayBuffer(storage=ListStorage(10))
+    for i in range(3):
+        rb_td.add(_td(1, start=i)[0])
+    assert rb_td.sample(5).batch_size == (5,)
+    custom = ReplayBuffer(storage=LazyTensorStorage(10), collate_fn=lambda x: x.sum())
+    custom.extend(torch.ones(4))
+    assert custom.sample(3) == 3
+
+
+def test_generator_makes_sampling_reproducible():
+    def draws(generator):
+        rb = PrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=LazyTensorStorage(100), generator=generator
+        )
+        rb.extend(torch.arange(100))
+        rb_uniform = ReplayBuffer(storage=LazyTensorStorage(100), generator=generator)
+        rb_uniform.extend(torch.arange(100))
+        return rb.sample(16).tolist() + rb_uniform.sample(16).tolist()
+
+    assert draws(torch.Generator().manual_seed(3)) == draws(torch.Generator().manual_seed(3))
+    assert draws(torch.Generator().manual_seed(3)) != draws(torch.Generator().manual_seed(4))
+
+
+def test_prefetch_returns_batches():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(50), batch_size=4, prefetch=3)
+    rb.extend(_td(20))
+    for _ in range(10):
+        sample = rb.sample()
+        assert sample.batch_size == (4,)
+    assert rb.sample(7).batch_size == (7,)
+    rb.empty()
+    with pytest.raises(RuntimeError, match="empty"):
+        rb.sample()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pin_memory_and_cuda_storage():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), pin_memory=True, batch_size=2)
+    rb.extend(_td(4))
+    assert rb.sample()["obs"].is_pinned()
+    rb_cuda = TensorDictReplayBuffer(storage=LazyTensorStorage(10, device="cuda"), batch_size=2)
+    rb_cuda.extend(_td(4))
+    assert rb_cuda.sample()["obs"].device.type == "cuda"
+
+
+def test_pin_memory_is_ignored_without_cuda():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), pin_memory=True)
+    rb.extend(torch.arange(4))
+    assert rb.sample(2).shape == (2,)
+
+
+def test_ndim_storage_and_dim_extend():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100, ndim=2), batch_size=16)
+    for step in range(60):
+        data = TensorDict(
+            {"step": torch.full((2, 1), step), "env": torch.arange(2).unsqueeze(-1)}, [2, 1]
+        )
+        rb.extend(data)
+    assert len(rb) == 100
+    stored = rb[:]
+    assert stored.batch_size == (50, 2)
+    assert stored["env"][0].tolist() == [0, 1]
+    assert stored["step"][0].tolist() == [50, 50]
+    sample = rb.sample()
+    assert sample.batch_size == (16,)
+    assert sample["index"].shape == (16, 2)
+    assert torch.equal(sample["env"], sample["index"][:, 1])
+    rows = sample["index"][:, 0]
+    assert torch.equal(sample["step"], torch.where(rows < 10, rows + 50, rows))
+
+
+def test_ndim_max_size_is_rounded_to_whole_rows():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2))
+    rb.extend(torch.zeros(3, 4))
+    assert rb.storage.max_size == 102
+    assert len(rb) == 12
+    assert rb.sample(5).shape == (5,)
+
+
+def test_ndim_prioritized():
+    storage = LazyTensorStorage(100, ndim=2)
+    rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=storage, batch_size=32)
+    rb.extend(TensorDict({"x": torch.arange(12).reshape(3, 4)}, [3, 4]))
+    sample = rb.sample()
+    sample["td_error"] = (sample["x"] == 5).float() * 100 + 1e-6
+    rb.update_tensordict_priority(sample)
+    if (sample["x"] == 5).any():
+        assert (rb.sample()["x"] == 5).float().mean() > 0.9
+
+
+def test_getitem_by_key_and_data_prefix():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(21))
+    rb.extend(_td(4))
+    assert torch.equal(rb["obs"], rb[:]["obs"])
+    assert torch.equal(rb["_data", "obs"], rb[:]["obs"])
+    assert torch.equal(rb["next", "obs"], rb[:]["next", "obs"])
+
+
+def test_state_dict_roundtrip(tmp_path):
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyTensorStorage(10), batch_size=4
+    )
+    rb.extend(_td(6))
+    sample = rb.sample()
+    sample["td_error"] = torch.rand(4) + 0.5
+    rb.update_tensordict_priority(sample)
+    path = tmp_path / "rb.pt"
+    torch.save(rb.state_dict(), path)
+    other = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyMemmapStorage(10, scratch_dir=tmp_path / "m"), batch_size=4
+    )
+    other.load_state_dict(torch.load(path, weights_only=False))
+    assert len(other) == 6
+    assert torch.equal(other[:]["obs"], rb[:]["obs"])
+    assert torch.equal(other.sampler._tree.leaves(), rb.sampler._tree.leaves())
+    assert other.extend(_td(1)).tolist() == [6]
+
+
+def test_pickle_and_deepcopy():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1)
+    rb.extend(_td(3))
+    for clone in (pickle.loads(pickle.dumps(rb)), copy.deepcopy(rb)):
+        assert len(clone) == 3
+        clone.extend(_td(2))
+        assert len(clone) == 5 and len(rb) == 3
+        assert clone.sample().batch_size == (2,)
+
+
+def test_exports():
+    import tdrl.data
+
+    for name in rbs.__all__:
+        assert getattr(tdrl.data, name) is getattr(rbs, name)
+
+
+def test_repr():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=PrioritizedSampler(10, 0.5, 0.5))
+    assert "PrioritizedSampler" in repr(rb) and "LazyTensorStorage" in repr(rb)

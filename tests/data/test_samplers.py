@@ -1,0 +1,205 @@
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data.replay_buffers import (
+    LazyTensorStorage,
+    PrioritizedReplayBuffer,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    TensorDictPrioritizedReplayBuffer,
+)
+
+
+def _filled(n=10, capacity=10):
+    storage = LazyTensorStorage(capacity)
+    storage.set(slice(0, n), torch.arange(n))
+    return storage
+
+
+def test_random_sampler_covers_stored_items_only():
+    storage = _filled(6, capacity=20)
+    index, info = RandomSampler().sample(storage, 1000)
+    assert info == {}
+    assert set(index.tolist()) == set(range(6))
+
+
+def test_without_replacement_epochs_and_shuffle():
+    storage = _filled(10)
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    first = [sampler.sample(storage, 4)[0].tolist() for _ in range(3)]
+    assert first == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert sampler.ran_out
+    assert sampler.sample(storage, 4)[0].tolist() == [0, 1, 2, 3]
+    assert not sampler.ran_out
+    shuffled = SamplerWithoutReplacement()
+    seen = torch.cat([shuffled.sample(storage, 3)[0] for _ in range(4)])
+    assert sorted(seen.tolist()) == list(range(10))
+
+
+def test_without_replacement_restarts_when_storage_grows():
+    storage = _filled(4, capacity=10)
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    sampler.sample(storage, 2)
+    storage.set(slice(4, 6), torch.tensor([4, 5]))
+    assert sampler.sample(storage, 6)[0].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_without_replacement_drop_last_too_few_items():
+    with pytest.raises(ValueError, match="drop_last"):
+        SamplerWithoutReplacement(drop_last=True).sample(_filled(3), 4)
+
+
+def test_without_replacement_state_dict():
+    storage = _filled(10)
+    sampler = SamplerWithoutReplacement()
+    sampler.sample(storage, 3)
+    other = SamplerWithoutReplacement()
+    other.load_state_dict(sampler.state_dict())
+    assert torch.equal(other.sample(storage, 3)[0], sampler.sample(storage, 3)[0])
+
+
+def _prioritized(n=8, alpha=1.0, beta=1.0, **kwargs):
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(n),
+        sampler=PrioritizedSampler(n, alpha=alpha, beta=beta, eps=0.0, **kwargs),
+    )
+    rb.extend(torch.arange(n))
+    return rb
+
+
+def test_prioritized_frequencies_follow_priorities():
+    rb = _prioritized(4, alpha=1.0)
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    data = rb.sample(40000)
+    freq = torch.bincount(data, minlength=4).float() / 40000
+    assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.3, 0.4]), atol=0.015)
+
+
+def test_prioritized_alpha_zero_is_uniform():
+    rb = _prioritized(4, alpha=0.0)
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 100.0, 1.0, 1.0]))
+    freq = torch.bincount(rb.sample(20000), minlength=4).float() / 20000
+    assert torch.allclose(freq, torch.full((4,), 0.25), atol=0.02)
+
+
+def test_importance_weights_normalised_by_largest():
+    rb = _prioritized(4, alpha=1.0, beta=0.5)
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 4.0, 16.0, 4.0]))
+    data, info = rb.sample(2000, return_info=True)
+    weights = info["priority_weight"]
+    expected = (torch.tensor([1.0, 4.0, 16.0, 4.0])[data] / 1.0) ** -0.5
+    assert torch.allclose(weights, expected)
+    assert weights.max() <= 1.0 and weights.dtype == torch.float32
+    assert torch.equal(info["index"], data)
+
+
+def test_new_items_get_max_priority():
+    rb = _prioritized(8)
+    rb.empty()
+    rb.extend(torch.arange(4))
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 1.0, 1.0, 50.0]))
+    rb.extend(torch.tensor([4]))
+    leaves = rb.sampler._tree.leaves()
+    assert leaves[4] == 50.0
+    assert rb.sampler.max_priority == 50.0
+
+
+def test_max_priority_within_buffer():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(2),
+        sampler=PrioritizedSampler(2, 1.0, 1.0, eps=0.0, max_priority_within_buffer=True),
+    )
+    rb.extend(torch.arange(2))
+    rb.update_priority(torch.arange(2), torch.tensor([9.0, 2.0]))
+    rb.extend(torch.tensor([5]))
+    assert rb.sampler._tree.leaves()[0] == 2.0
+    assert rb.sampler.max_priority == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [(0.0, "> 0, got 0.0"), (-1.0, "> 0, got -1.0"), (float("nan"), "NaN"), (float("inf"), "inf")],
+)
+def test_bad_priorities_raise(bad, match):
+    rb = _prioritized(4)
+    before = rb.sampler._tree.leaves().clone()
+    with pytest.raises(ValueError, match=match):
+        rb.update_priority(torch.arange(2), torch.tensor([1.0, bad]))
+    assert torch.equal(before, rb.sampler._tree.leaves())
+
+
+def test_priority_index_out_of_range():
+    rb = _prioritized(4)
+    with pytest.raises(IndexError, match="out of range"):
+        rb.update_priority(torch.tensor([7]), torch.tensor([1.0]))
+
+
+def test_priority_shapes_and_reduction():
+    rb = _prioritized(4)
+    rb.update_priority(torch.arange(4), 3.0)
+    assert torch.equal(rb.sampler._tree.leaves(), torch.full((4,), 3.0, dtype=torch.float64))
+    rb.update_priority(torch.arange(2), torch.tensor([[1.0, 5.0], [2.0, 3.0]]))
+    assert rb.sampler._tree.leaves()[:2].tolist() == [5.0, 3.0]
+    mean = _prioritized(4, reduction="mean")
+    mean.update_priority(torch.arange(2), torch.tensor([[1.0, 5.0], [2.0, 4.0]]))
+    assert mean.sampler._tree.leaves()[:2].tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError, match="shape mismatch"):
+        rb.update_priority(torch.arange(3), torch.ones(2))
+    with pytest.raises(ValueError, match="reduction"):
+        PrioritizedSampler(4, 1.0, 1.0, reduction="bad")
+
+
+def test_prioritized_sampler_state_dict():
+    rb = _prioritized(6)
+    rb.update_priority(torch.arange(6), torch.arange(1.0, 7.0))
+    sampler = PrioritizedSampler(6, 1.0, 1.0)
+    sampler.load_state_dict(rb.sampler.state_dict())
+    assert torch.equal(sampler._tree.leaves(), rb.sampler._tree.leaves())
+    assert float(sampler._tree.min()) == 1.0
+
+
+def test_mark_update_on_setitem_resets_priority():
+    rb = _prioritized(4)
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 1.0, 1.0, 20.0]))
+    rb.update_priority(torch.tensor([3]), torch.tensor([1.0]))
+    rb[0] = torch.tensor(100)
+    assert rb.sampler._tree.leaves()[0] == 20.0
+
+
+def test_tensordict_prioritized_buffer_priority_key_on_extend():
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(10), batch_size=5000
+    )
+    data = TensorDict({"obs": torch.arange(4), "td_error": torch.tensor([1.0, 1.0, 1.0, 7.0])}, [4])
+    rb.extend(data)
+    assert data["index"].tolist() == [0, 1, 2, 3]
+    freq = torch.bincount(rb.sample()["obs"], minlength=4).float() / 5000
+    assert freq[3] == pytest.approx(0.7, abs=0.03)
+
+
+def test_update_tensordict_priority_after_extend_index():
+    rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(10))
+    data = TensorDict({"obs": torch.arange(3)}, [3])
+    rb.extend(data)
+    data["td_error"] = torch.tensor([1.0, 2.0, 3.0])
+    rb.update_tensordict_priority(data)
+    assert rb.sampler._tree.leaves()[:3].tolist() == pytest.approx([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="td_error"):
+        rb.update_tensordict_priority(TensorDict({"index": torch.arange(2)}, [2]))
+
+
+def test_prioritized_buffer_with_list_storage():
+    rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5)
+    rb.extend([torch.ones(2) * i for i in range(5)])
+    data, info = rb.sample(3, return_info=True)
+    assert data.shape == (3, 2) and info["priority_weight"].shape == (3,)
+    rb.update_priority(info["index"], torch.tensor([0.5, 1.0, 2.0]))
+
+
+def test_beta_setter():
+    sampler = PrioritizedSampler(4, 0.5, 0.4)
+    sampler.beta = 1.0
+    assert sampler.beta == 1.0 and sampler.alpha == 0.5

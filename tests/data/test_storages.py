@@ -1,0 +1,187 @@
+import multiprocessing as mp
+import os
+
+import pytest
+import torch
+from tensordict import MemoryMappedTensor, TensorDict
+
+from tdrl.data.replay_buffers import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    ReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
+
+
+def _worker_extend(rb):
+    rb.extend(TensorDict({"a": torch.ones(10)}, [10]))
+
+
+def _worker_extend_many(rb, value, rounds):
+    for _ in range(rounds):
+        rb.extend(TensorDict({"a": torch.full((5,), float(value))}, [5]))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_seed_sharing_example(tmp_path, method):
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(21, scratch_dir=tmp_path / "s"))
+    rb.extend(TensorDict({"a": torch.zeros(10)}, [10]))
+    proc = mp.get_context(method).Process(target=_worker_extend, args=(rb,))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert len(rb) == 20
+    assert (rb["_data", "a"][:10] == 0).all()
+    assert (rb["_data", "a"][10:20] == 1).all()
+
+
+def test_concurrent_extends_lose_no_item(tmp_path):
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(1000, scratch_dir=tmp_path / "c"))
+    rb.extend(TensorDict({"a": torch.zeros(5)}, [5]))
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_worker_extend_many, args=(rb, i + 1, 40)) for i in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert len(rb) == 5 + 4 * 40 * 5
+    assert rb.write_count == 5 + 4 * 40 * 5
+    values = rb[:]["a"]
+    for i in range(4):
+        assert int((values == i + 1).sum()) == 40 * 5
+
+
+def test_memmap_files_in_scratch_dir(tmp_path):
+    storage = LazyMemmapStorage(10, scratch_dir=tmp_path / "files")
+    assert not (tmp_path / "files").exists()
+    storage.set(slice(0, 2), TensorDict({"x": torch.ones(2, 3), "y": {"z": torch.zeros(2)}}, [2]))
+    files = sorted(os.listdir(tmp_path / "files"))
+    assert len(files) == 2 and all(name.endswith(".memmap") for name in files)
+    assert isinstance(storage._storage["y", "z"], MemoryMappedTensor)
+    with pytest.raises(RuntimeError, match="exists"):
+        LazyMemmapStorage(10, scratch_dir=tmp_path / "files").set(
+            slice(0, 1), TensorDict({"x": torch.ones(1, 3)}, [1])
+        )
+
+
+def test_memmap_temporary_dir_is_removed():
+    storage = LazyMemmapStorage(10)
+    storage.set(slice(0, 2), torch.ones(2, 3))
+    folder = os.path.dirname(storage._td.get("_tensor").filename)
+    assert os.path.isdir(folder)
+    del storage
+    import gc
+
+    gc.collect()
+    assert not os.path.exists(folder)
+
+
+def test_list_storage_any_object():
+    storage = ListStorage(3)
+    storage.set(0, {"a": 1})
+    storage.set(slice(1, 3), ["x", None])
+    assert len(storage) == 3
+    assert storage.get(0) == {"a": 1}
+    assert storage.get(torch.tensor([2, 1])) == [None, "x"]
+    assert storage.state_dict() == {"_storage": [{"a": 1}, "x", None]}
+    other = ListStorage(3)
+    other.load_state_dict(storage.state_dict())
+    assert other.get(1) == "x"
+    storage._empty()
+    assert len(storage) == 0
+    with pytest.raises(IndexError, match="out of range"):
+        storage.get(0)
+
+
+def test_list_storage_unbounded_default():
+    rb = ReplayBuffer(storage=ListStorage())
+    rb.extend(list(range(3000)))
+    assert len(rb) == 3000
+
+
+def test_tensor_storage_given_container_is_written():
+    container = TensorDict({"obs": torch.zeros(6, 2)}, [6])
+    rb = ReplayBuffer(storage=TensorStorage(container))
+    rb.extend(TensorDict({"obs": torch.ones(3, 2)}, [3]))
+    assert container["obs"][:3].eq(1).all() and container["obs"][3:].eq(0).all()
+    assert rb.storage.max_size == 6
+    with pytest.raises(ValueError, match="max_size"):
+        TensorStorage(torch.zeros(4), max_size=5)
+
+
+def test_tensor_storage_state_dict_roundtrip():
+    storage = LazyTensorStorage(8)
+    storage.set(
+        slice(0, 3), TensorDict({"a": torch.arange(3.0), "b": {"c": torch.ones(3, 2)}}, [3])
+    )
+    state = storage.state_dict()
+    other = LazyTensorStorage(8)
+    other.load_state_dict(state)
+    assert len(other) == 3
+    assert torch.equal(other.get(slice(None))["a"], torch.arange(3.0))
+    assert other.get(0)["b", "c"].shape == (2,)
+    same = LazyTensorStorage(8)
+    same.set(slice(0, 1), TensorDict({"a": torch.zeros(1), "b": {"c": torch.zeros(1, 2)}}, [1]))
+    same.load_state_dict(state)
+    assert len(same) == 3 and torch.equal(same.get(2)["a"], torch.tensor(2.0))
+
+
+def test_pytree_storage_state_dict_roundtrip():
+    storage = LazyTensorStorage(5)
+    storage.set(slice(0, 2), {"a": torch.ones(2), "b": (torch.zeros(2, 3),)})
+    other = LazyTensorStorage(5)
+    other.load_state_dict(storage.state_dict())
+    out = other.get(slice(None))
+    assert set(out) == {"a", "b"} and out["b"][0].shape == (2, 3)
+
+
+def test_storage_shape_and_len_ndim():
+    storage = LazyTensorStorage(10, ndim=2)
+    storage.set(slice(0, 2), torch.zeros(2, 3, 4))
+    assert storage.max_size == 12
+    assert len(storage) == 6
+    assert storage.shape == (2, 3)
+    assert storage._total_shape == (4, 3)
+
+
+def test_lazy_storage_device_argument():
+    storage = LazyTensorStorage(4, device="cpu")
+    storage.set(slice(0, 1), torch.zeros(1, 2))
+    assert storage.get(0).device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_lazy_storage_cuda():
+    storage = LazyTensorStorage(4, device="cuda")
+    storage.set(slice(0, 2), TensorDict({"a": torch.zeros(2, 2)}, [2]))
+    assert storage._storage["a"].device.type == "cuda"
+
+
+def test_non_tensor_data_rejected_by_tensor_storage():
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    with pytest.raises(TypeError, match="tensors"):
+        rb.add({"a": "text"})
+
+
+def _worker_add(rb):
+    rb.extend(torch.full((3,), 7.0))
+
+
+def test_shared_lazy_tensor_storage_across_fork():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), shared=True)
+    rb.extend(torch.zeros(2))
+    proc = mp.get_context("fork").Process(target=_worker_add, args=(rb,))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert rb[:].tolist() == [0.0, 0.0, 7.0, 7.0, 7.0]
+
+
+def test_explicit_dim_extend():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), dim_extend=1)
+    rb.extend(torch.arange(6).reshape(2, 3))
+    assert len(rb) == 3
+    assert rb[0].tolist() == [0, 3]
