@@ -1,5 +1,29 @@
-"""Environments: the EnvBase protocol, wrappers, transforms and batched envs."""
-
 from __future__ import annotations
 
-__all__: list[str] = []
+from tdrl.envs import auto_reset as _auto_reset
+from tdrl.envs import common as _common
+from tdrl.envs import custom as _custom
+from tdrl.envs import gym_like as _gym_like
+from tdrl.envs import libs as _libs
+from tdrl.envs import metadata as _metadata
+from tdrl.envs import transforms as _transforms
+from tdrl.envs import utils as _utils
+from tdrl.envs.auto_reset import *  # noqa: F403
+from tdrl.envs.common import *  # noqa: F403
+from tdrl.envs.custom import *  # noqa: F403
+from tdrl.envs.gym_like import *  # noqa: F403
+from tdrl.envs.libs import *  # noqa: F403
+from tdrl.envs.metadata import *  # noqa: F403
+from tdrl.envs.transforms import *  # noqa: F403
+from tdrl.envs.utils import *  # noqa: F403
+
+__all__ = [
+    *_common.__all__,
+    *_auto_reset.__all__,
+    *_metadata.__all__,
+    *_gym_like.__all__,
+    *_utils.__all__,
+    *_custom.__all__,
+    *_libs.__all__,
+    *_transforms.__all__,
+]

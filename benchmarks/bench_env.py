@@ -1,0 +1,166 @@
+"""Rollout overhead of EnvBase against a plain Python loop over the env's own ``_step``.
+
+For a minimal counting env (4-float observation) and PendulumEnv, at batch sizes 1
+and 1024, this measures steps/s of
+
+* ``plain``: ``next = env._step(td); next["action"] = a; td = next`` in a loop;
+* ``rollout``: ``env.rollout(n, policy, break_when_any_done=False)`` with a policy
+  writing the same fixed action (stacking of the result included);
+* ``rollout_rand``: the same rollout with the default random policy.
+
+Runs alternate and the medians are reported, with the ratio ``rollout / plain``
+time per step (target for the counting env: rollout costs at most 2x the loop).
+``--clock cpu`` times with the process CPU clock instead of the wall clock,
+which is steadier on a machine shared with other jobs.
+
+Usage: ``python benchmarks/bench_env.py [--quick] [--steps N] [--repeats R] [--clock wall|cpu]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+
+CLOCK = time.perf_counter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tdrl.data import Bounded, Categorical, Composite, Unbounded  # noqa: E402
+from tdrl.envs import EnvBase, PendulumEnv  # noqa: E402
+
+
+class CountingEnv(EnvBase):
+    """Minimal stateful env: 4-float observation counting steps, never done."""
+
+    def __init__(self, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        batch = self.batch_size
+        self.observation_spec = Composite(observation=Unbounded((*batch, 4)), shape=batch)
+        self.action_spec = Bounded(-1.0, 1.0, (*batch, 1))
+        self.reward_spec = Unbounded((*batch, 1))
+        self.done_spec = Categorical(2, (*batch, 1), dtype=torch.bool)
+        self.count = torch.zeros((*batch, 4))
+        self.false = torch.zeros((*batch, 1), dtype=torch.bool)
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.count = torch.zeros_like(self.count)
+        return TensorDict(
+            {"observation": self.count, "done": self.false, "terminated": self.false},
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        self.count = self.count + 1
+        return TensorDict(
+            {
+                "observation": self.count,
+                "reward": tensordict["action"],
+                "done": self.false,
+                "terminated": self.false,
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
+def make_case(name: str, batch: int):
+    if name == "counting":
+        env = CountingEnv(batch_size=(batch,) if batch > 1 else ())
+        init = None
+    else:
+        env = PendulumEnv(seed=0)
+        init = TensorDict(batch_size=[batch]) if batch > 1 else None
+    td0 = env.reset(None if init is None else init.clone())
+    action = env.rand_action(td0.clone())["action"]
+    return env, init, action
+
+
+def plain_loop(env, init, action, steps: int) -> float:
+    td = env.reset(None if init is None else init.clone())
+    td.set("action", action)
+    start = CLOCK()
+    for _ in range(steps):
+        nxt = env._step(td)
+        nxt.set("action", action)
+        td = nxt
+    return (CLOCK() - start) / steps
+
+
+def rollout_run(env, init, action, steps: int, random_policy: bool) -> float:
+    def policy(td):
+        return td.set("action", action)
+
+    start = CLOCK()
+    env.rollout(
+        steps,
+        policy=None if random_policy else policy,
+        break_when_any_done=False,
+        tensordict=None if init is None else init.clone(),
+    )
+    return (CLOCK() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
+    steps = args.steps or (200 if args.quick else 1000)
+    repeats = args.repeats or (3 if args.quick else 7)
+    torch.set_num_threads(1)
+    results = []
+    print(
+        f"{'env':<10}{'batch':>6}{'plain st/s':>14}{'rollout st/s':>14}{'rand st/s':>12}{'ratio':>8}"
+    )
+    for name in ("counting", "pendulum"):
+        for batch in (1, 1024):
+            env, init, action = make_case(name, batch)
+            plain_loop(env, init, action, 20)
+            rollout_run(env, init, action, 20, False)
+            plain, roll, rand = [], [], []
+            for _ in range(repeats):
+                plain.append(plain_loop(env, init, action, steps))
+                roll.append(rollout_run(env, init, action, steps, False))
+                rand.append(rollout_run(env, init, action, steps, True))
+            p, r, q = (statistics.median(x) for x in (plain, roll, rand))
+            ratio = r / p
+            results.append(
+                {
+                    "env": name,
+                    "batch": batch,
+                    "plain_steps_per_s": round(1 / p),
+                    "rollout_steps_per_s": round(1 / r),
+                    "rollout_random_policy_steps_per_s": round(1 / q),
+                    "rollout_over_plain": round(ratio, 3),
+                    "rollout_random_over_plain": round(q / p, 3),
+                }
+            )
+            print(f"{name:<10}{batch:>6}{1 / p:>14.0f}{1 / r:>14.0f}{1 / q:>12.0f}{ratio:>8.2f}")
+    print(
+        json.dumps(
+            {
+                "benchmark": "env_rollout",
+                "clock": args.clock,
+                "steps": steps,
+                "repeats": repeats,
+                "results": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Cost of a transformed env rollout relative to the same env without transforms.
+
+Runs ``GymEnv("CartPole-v1").rollout(n)`` and the same rollout through
+``TransformedEnv(GymEnv("CartPole-v1"), Compose(StepCounter(), RewardSum(), InitTracker()))``
+alternately in one process, and reports the median time per step of each and
+their ratio (target: at most 1.5). When ``RewardSum`` is not available, the chain
+is ``StepCounter() + InitTracker()`` and the output says so.
+
+Usage::
+
+    python benchmarks/bench_transforms.py [--quick] [--steps N] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from tdrl.envs import Compose, GymEnv, InitTracker, StepCounter, TransformedEnv
+
+TARGET_RATIO = 1.5
+
+
+def _chain() -> tuple[Compose, str]:
+    try:
+        from tdrl.envs import RewardSum
+    except ImportError:
+        return Compose(StepCounter(), InitTracker()), "StepCounter+InitTracker"
+    return Compose(StepCounter(), RewardSum(), InitTracker()), "StepCounter+RewardSum+InitTracker"
+
+
+def _time_rollout(env, steps: int) -> float:
+    start = time.perf_counter()
+    env.rollout(steps, break_when_any_done=False)
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run (a few seconds)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per rollout")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds")
+    args = parser.parse_args()
+    steps = args.steps or (200 if args.quick else 500)
+    rounds = args.rounds or (7 if args.quick else 25)
+    torch.set_num_threads(1)
+
+    base = GymEnv("CartPole-v1")
+    transform, chain_name = _chain()
+    transformed = TransformedEnv(GymEnv("CartPole-v1"), transform)
+    base.set_seed(0)
+    transformed.set_seed(0)
+    for env in (base, transformed):
+        env.rollout(50, break_when_any_done=False)
+
+    base_times, transformed_times = [], []
+    for _ in range(rounds):
+        base_times.append(_time_rollout(base, steps))
+        transformed_times.append(_time_rollout(transformed, steps))
+    base_us = statistics.median(base_times) * 1e6
+    transformed_us = statistics.median(transformed_times) * 1e6
+    ratio = transformed_us / base_us
+
+    print(f"CartPole-v1 rollout, {steps} steps x {rounds} alternating rounds (medians)")
+    print(f"{'env':<46}{'us/step':>10}")
+    print(f"{'GymEnv':<46}{base_us:>10.1f}")
+    print(f"{'TransformedEnv(' + chain_name + ')':<46}{transformed_us:>10.1f}")
+    print(f"ratio {ratio:.2f} (target <= {TARGET_RATIO})")
+    print(
+        json.dumps(
+            {
+                "benchmark": "transforms",
+                "chain": chain_name,
+                "steps": steps,
+                "rounds": rounds,
+                "base_us_per_step": round(base_us, 2),
+                "transformed_us_per_step": round(transformed_us, 2),
+                "ratio": round(ratio, 3),
+                "target": TARGET_RATIO,
+            }
+        )
+    )
+    base.close()
+    transformed.close()
+
+
+if __name__ == "__main__":
+    main()

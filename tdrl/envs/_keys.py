@@ -1,0 +1,85 @@
+"""Key bookkeeping derived from env specs, computed once per spec assignment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensordict import unravel_key
+
+#: The three names that carry end-of-trajectory signals at one nesting level.
+DONE_NAMES = ("done", "terminated", "truncated")
+
+
+def as_tuple(key: Any) -> tuple[str, ...]:
+    """Return ``key`` as a tuple of strings."""
+    key = unravel_key(key)
+    return key if isinstance(key, tuple) else (key,)
+
+
+def from_tuple(key: tuple[str, ...]) -> str | tuple[str, ...]:
+    """Return a one-element tuple as a plain string, other tuples unchanged."""
+    return key[0] if len(key) == 1 else key
+
+
+def leaf_keys(spec: Any) -> list:
+    """Leaf keys of a Composite spec (nested keys as tuples), in insertion order."""
+    return [unravel_key(k) for k in spec.keys(include_nested=True, leaves_only=True)]
+
+
+def key_repr(key: Any) -> str:
+    """A readable form of a key for error messages."""
+    return repr(key)
+
+
+@dataclass
+class DoneCompletion:
+    """The done, terminated and (optional) truncated keys of one done level."""
+
+    done: Any
+    terminated: Any
+    truncated: Any = None
+
+
+@dataclass
+class SpecCache:
+    """Keys and leaf specs derived from the specs of an env."""
+
+    action_keys: list = field(default_factory=list)
+    reward_keys: list = field(default_factory=list)
+    done_keys: list = field(default_factory=list)
+    done_keys_groups: list = field(default_factory=list)
+    reset_keys: list = field(default_factory=list)
+    observation_keys: list = field(default_factory=list)
+    state_keys: list = field(default_factory=list)
+    #: the "done" key of each done level (used for any-done checks)
+    done_flag_keys: list = field(default_factory=list)
+    #: data-side completion of missing done/terminated entries
+    done_completions: list = field(default_factory=list)
+    #: keys dropped by the step_mdp of rollouts (the rewards)
+    mdp_excluded: dict = field(default_factory=dict)
+    action_leaf: Any = None
+    reward_leaf: Any = None
+    done_leaf: Any = None
+
+
+def group_done_keys(done_keys: list) -> list[tuple[tuple[str, ...], list]]:
+    """Group done keys by nesting level: ``[(prefix, [keys...]), ...]``, shallowest first."""
+    groups: dict[tuple[str, ...], list] = {}
+    for key in done_keys:
+        groups.setdefault(as_tuple(key)[:-1], []).append(key)
+    return sorted(groups.items(), key=lambda item: len(item[0]))
+
+
+def reset_key_for(prefix: tuple[str, ...]) -> str | tuple[str, ...]:
+    """The ``"_reset"`` key that pairs with the done entries at ``prefix``."""
+    return from_tuple((*prefix, "_reset"))
+
+
+def done_flag_key(prefix: tuple[str, ...], keys: list) -> Any:
+    """The key that signals the end of a trajectory at one level (``done`` if present)."""
+    names = {as_tuple(k)[-1]: k for k in keys}
+    for name in ("done", "terminated", "truncated"):
+        if name in names:
+            return names[name]
+    return keys[0]

@@ -1,0 +1,196 @@
+"""Partial resets (``"_reset"``) and partial steps (``"_step"``).
+
+Both follow one rule: the output of the env is used where the mask is ``True``
+and the previous content of the input tensordict (or zeros when the input does
+not hold the entry) is kept where it is ``False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdrl.envs._keys import as_tuple
+
+MASK_SHAPE_ERROR = (
+    "{kind} mask at key {key!r} has shape {mask_shape}, which cannot be aligned with the "
+    "entry {entry!r} of shape {value_shape}"
+)
+
+
+def align_mask(
+    mask: torch.Tensor, shape: torch.Size, kind: str, key: Any, entry: Any
+) -> torch.Tensor:
+    """Broadcast a boolean mask to ``shape``.
+
+    The mask is aligned from the left: trailing dims that the value lacks are
+    reduced with ``any`` and dims that the mask lacks are appended.
+    """
+    if mask.shape == shape:
+        return mask
+    ndim = len(shape)
+    while mask.ndim > ndim:
+        mask = mask.any(-1)
+    while mask.ndim < ndim:
+        mask = mask.unsqueeze(-1)
+    try:
+        return mask.expand(shape)
+    except RuntimeError as err:
+        raise ValueError(
+            MASK_SHAPE_ERROR.format(
+                kind=kind,
+                key=key,
+                mask_shape=tuple(mask.shape),
+                entry=entry,
+                value_shape=tuple(shape),
+            )
+        ) from err
+
+
+def _sub(td: TensorDictBase, prefix: tuple[str, ...]) -> TensorDictBase | None:
+    return td.get(prefix, None) if prefix else td
+
+
+def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:
+    """Map each done-level prefix to the ``"_reset"`` mask found for it (absent levels omitted)."""
+    masks = {}
+    for reset_key in reset_keys:
+        mask = tensordict.get(reset_key, None)
+        if mask is not None:
+            masks[as_tuple(reset_key)[:-1]] = mask
+    return masks
+
+
+def effective_masks(masks: dict) -> dict:
+    """Drop masks that a mask at a shallower level overrides."""
+    out = {}
+    for prefix, mask in masks.items():
+        if any(prefix[:i] in masks for i in range(len(prefix))):
+            continue
+        out[prefix] = mask
+    return out
+
+
+def remove_reset_keys(tensordict: TensorDictBase, reset_keys: list) -> None:
+    """Delete every ``"_reset"`` entry of ``reset_keys`` present in ``tensordict``."""
+    for reset_key in reset_keys:
+        if tensordict.get(reset_key, None) is not None:
+            tensordict.del_(reset_key)
+
+
+def update_during_reset(
+    tensordict_reset: TensorDictBase, tensordict: TensorDictBase, reset_keys: list
+) -> TensorDictBase:
+    """Merge the output of ``_reset`` into the input ``tensordict`` and return it.
+
+    Levels with a ``"_reset"`` mask keep the input's data where the mask is
+    ``False``; a mask at a shallower level overrides nested ones; levels without
+    a mask take the reset output. The ``"_reset"`` entries are removed.
+    """
+    masks = effective_masks(collect_reset_masks(tensordict, reset_keys))
+    remove_reset_keys(tensordict, reset_keys)
+    remove_reset_keys(tensordict_reset, reset_keys)
+    if tensordict_reset is tensordict:
+        return tensordict
+    masked: dict = {}
+    for prefix, mask in masks.items():
+        if bool(mask.all()):
+            continue
+        node_reset = _sub(tensordict_reset, prefix)
+        node = _sub(tensordict, prefix)
+        if node_reset is None or node is None:
+            continue
+        reset_key = (*prefix, "_reset")
+        for key, value in node_reset.items(include_nested=True, leaves_only=True):
+            full_key = (*prefix, *as_tuple(key))
+            previous = node.get(key, None)
+            if previous is None or not isinstance(value, torch.Tensor):
+                continue
+            if previous.shape != value.shape:
+                if bool(mask.any()):
+                    continue
+                masked[full_key] = previous
+                continue
+            mask_v = align_mask(mask, value.shape, "_reset", reset_key, full_key)
+            masked[full_key] = torch.where(mask_v, value, previous)
+    tensordict.update(tensordict_reset)
+    for key, value in masked.items():
+        tensordict.set(key, value)
+    return tensordict
+
+
+def fill_from_input(
+    tensordict: TensorDictBase, keys_and_specs: list, batch_size: torch.Size, spec_batch_ndim: int
+) -> TensorDictBase:
+    """Build a 'next' tensordict from the input's values, or zeros from the specs."""
+    out = TensorDict({}, batch_size=batch_size, device=tensordict.device)
+    for key, spec in keys_and_specs:
+        value = tensordict.get(key, None)
+        if value is None:
+            value = spec.zero(batch_size) if spec_batch_ndim == 0 else spec.zero()
+        out.set(key, value)
+    return out
+
+
+def merge_partial_step(
+    tensordict: TensorDictBase, next_sub: TensorDictBase, mask: torch.Tensor
+) -> TensorDictBase:
+    """Scatter the output of a step run on ``tensordict[mask]`` back to the full batch.
+
+    Entries the step did not produce for the masked-out elements are taken from
+    the input tensordict when it holds them, zeros otherwise.
+    """
+    batch_size = tensordict.batch_size
+    out = TensorDict({}, batch_size=batch_size, device=next_sub.device)
+    for key, value in next_sub.items(include_nested=True, leaves_only=True):
+        previous = tensordict.get(key, None)
+        full_shape = batch_size + value.shape[1:]
+        if isinstance(previous, torch.Tensor) and previous.shape == full_shape:
+            base = previous.to(value.dtype).clone()
+        else:
+            base = torch.zeros(full_shape, dtype=value.dtype, device=value.device)
+        base[mask] = value
+        out.set(key, base)
+    return out
+
+
+def _output_keys(env: Any) -> list:
+    return [
+        (key, spec[key])
+        for spec, keys in (
+            (env.full_observation_spec, env.observation_keys),
+            (env.full_reward_spec, env.reward_keys),
+            (env.full_done_spec, env.done_keys),
+        )
+        for key in keys
+    ]
+
+
+def partial_step(env: Any, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+    """Run ``env._step`` on the elements where the ``"_step"`` mask is True only.
+
+    Batch-locked batched envs get the mask in ``_step`` (they dispatch it
+    themselves); unbatched and batch-unlocked envs are stepped on the masked
+    elements and the others keep the input's values (zeros when absent).
+    Returns the raw next tensordict; ``"_step"`` is removed from the input.
+    """
+    tensordict.del_("_step")
+    if env.batch_locked and env.batch_size:
+        tensordict.set("_step", mask)
+        try:
+            return env._step(tensordict)
+        finally:
+            tensordict.del_("_step")
+    if bool(mask.all()):
+        return env._step(tensordict)
+    if not tensordict.batch_dims:
+        return fill_from_input(tensordict, _output_keys(env), torch.Size([]), 0)
+    mask = mask.reshape(tensordict.batch_size)
+    if bool(mask.any()):
+        sub = env._post_process(env._step(tensordict[mask]))
+        return merge_partial_step(tensordict, sub, mask)
+    return fill_from_input(
+        tensordict, _output_keys(env), tensordict.batch_size, len(env.batch_size)
+    )

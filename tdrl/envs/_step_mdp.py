@@ -1,0 +1,147 @@
+"""The core of ``step_mdp``: bring the ``"next"`` entry to the root in one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tensordict import TensorDict, TensorDictBase, unravel_key
+
+from tdrl.envs._keys import as_tuple
+
+_EMPTY: frozenset = frozenset()
+
+
+def excluded_set(*key_lists: Any) -> dict:
+    """Normalise key lists into ``{level prefix: frozenset of names}`` (the keys to drop)."""
+    levels: dict = {}
+    for keys in key_lists:
+        if keys is None:
+            continue
+        if isinstance(keys, (str, tuple)):
+            keys = [keys]
+        for key in keys:
+            key = as_tuple(unravel_key(key))
+            levels.setdefault(key[:-1], set()).add(key[-1])
+    return {prefix: frozenset(names) for prefix, names in levels.items()}
+
+
+def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> TensorDictBase:
+    names = excluded.get(prefix, _EMPTY)
+    source = {}
+    for key, value in td.items():
+        if key in names:
+            continue
+        if type(value) is TensorDict:
+            value = _fresh(value, (*prefix, key), excluded, device)
+        source[key] = value
+    return TensorDict._new_unsafe(source, batch_size=td.batch_size, device=device)
+
+
+def entries(td: TensorDictBase) -> Mapping:
+    """The top-level entries of ``td`` as a mapping (no copy for a plain TensorDict)."""
+    if type(td) is TensorDict:
+        return td._tensordict
+    return dict(td.items())
+
+
+def fast_get(td: TensorDictBase, key: Any) -> Any:
+    """``td.get(key, None)`` with a shortcut for string keys of a plain TensorDict."""
+    if type(td) is TensorDict and type(key) is str:
+        return td._tensordict.get(key)
+    return td.get(key, None)
+
+
+def _merge(
+    root: TensorDictBase | None,
+    nxt: TensorDictBase,
+    prefix: tuple,
+    excluded: dict,
+    batch_size: Any,
+    device: Any,
+) -> TensorDictBase:
+    names = excluded.get(prefix, _EMPTY)
+    if root is not None:
+        source = dict(entries(root))
+        if not prefix:
+            source.pop("next", None)
+        for name in names:
+            source.pop(name, None)
+        root_tds = [key for key, value in source.items() if type(value) is TensorDict]
+    else:
+        source = {}
+        root_tds = ()
+    next_entries = entries(nxt)
+    for key, value in next_entries.items():
+        if key in names:
+            continue
+        if type(value) is TensorDict:
+            previous = source.get(key)
+            merged = _merge(
+                previous if type(previous) is TensorDict else None,
+                value,
+                (*prefix, key),
+                excluded,
+                value.batch_size,
+                device,
+            )
+            if not merged._tensordict and value._tensordict:
+                # every entry was excluded (e.g. a per-group reward): drop the empty group
+                source.pop(key, None)
+                continue
+            value = merged
+        source[key] = value
+    for key in root_tds:
+        if key not in next_entries:
+            source[key] = _fresh(source[key], (*prefix, key), excluded, device)
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+def _merge_flat(tensordict: TensorDict, excluded: dict) -> TensorDictBase | None:
+    """Fast path of :func:`merge_next` for flat data (no nested tensordict); None otherwise."""
+    source = dict(tensordict._tensordict)
+    nxt = source.pop("next", None)
+    if type(nxt) is not TensorDict:
+        return None
+    names = excluded.get((), _EMPTY)
+    for name in names:
+        source.pop(name, None)
+    for value in source.values():
+        if type(value) is TensorDict:
+            return None
+    for key, value in nxt._tensordict.items():
+        if type(value) is TensorDict:
+            return None
+        if key not in names:
+            source[key] = value
+    return TensorDict._new_unsafe(
+        source, batch_size=tensordict.batch_size, device=tensordict.device
+    )
+
+
+def merge_next(
+    tensordict: TensorDictBase,
+    excluded: dict,
+    keep_other: bool,
+    kept_root: tuple = (),
+) -> TensorDictBase:
+    """Return a new tensordict holding ``tensordict["next"]`` merged over the root.
+
+    Every nesting level gets a fresh container, so later in-place updates of the
+    result never leak into ``tensordict``. ``kept_root`` lists root keys kept
+    even when ``keep_other`` is False (the action when it is not excluded).
+    """
+    if keep_other and type(tensordict) is TensorDict:
+        flat = _merge_flat(tensordict, excluded)
+        if flat is not None:
+            return flat
+    nxt = fast_get(tensordict, "next")
+    if nxt is None:
+        raise KeyError("step_mdp expects a 'next' entry in the input tensordict; none was found")
+    if keep_other:
+        root = tensordict
+    elif kept_root:
+        root = tensordict.select(*kept_root, strict=False)
+    else:
+        root = None
+    return _merge(root, nxt, (), excluded, tensordict.batch_size, tensordict.device)

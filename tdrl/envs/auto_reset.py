@@ -1,0 +1,184 @@
+"""Support for envs whose ``_step`` resets done elements by itself (auto-resetting envs).
+
+Such an env returns, with a ``done`` flag, the *first* observation of the next
+episode. :class:`AutoResetHandler` stashes those observations, optionally
+replaces them in the step output with a placeholder (NaN for floats), and hands
+them out on the next (partial) reset so that no real reset is run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.envs._keys import as_tuple
+from tdrl.envs._partial import align_mask
+from tdrl.envs.common import EnvBase
+
+__all__ = ["AutoResetEnv", "AutoResetHandler"]
+
+
+class AutoResetHandler:
+    """Stash-and-replace logic shared by auto-resetting envs and ``AutoResetTransform``.
+
+    Call :meth:`on_step` on each step output and :meth:`on_reset` to build the
+    output of a reset from what was stashed.
+
+    Args:
+        replace: replace the observations of done elements in the step output.
+        fill_float: placeholder for floating entries (``"nan"`` or a number).
+        fill_int: placeholder for integer entries.
+        fill_bool: placeholder for boolean entries.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> handler = AutoResetHandler()
+        >>> step = TensorDict(observation=torch.tensor([[1.0], [2.0]]),
+        ...                   done=torch.tensor([[False], [True]]), batch_size=[2])
+        >>> step = handler.on_step(step, ["observation"], ["done"])
+        >>> step["observation"].squeeze(-1)
+        tensor([1., nan])
+        >>> reset = handler.on_reset(TensorDict(done=torch.zeros(2, 1, dtype=torch.bool),
+        ...                                     batch_size=[2]))
+        >>> reset["observation"].squeeze(-1)
+        tensor([1., 2.])
+    """
+
+    def __init__(
+        self,
+        *,
+        replace: bool = True,
+        fill_float: float | str = "nan",
+        fill_int: int = -1,
+        fill_bool: bool = False,
+    ) -> None:
+        self.replace = replace
+        self.fill_float = float(fill_float)
+        self.fill_int = int(fill_int)
+        self.fill_bool = bool(fill_bool)
+        self._stash: dict = {}
+
+    def has_stash(self) -> bool:
+        """Whether observations from a step are waiting to be used by a reset."""
+        return bool(self._stash)
+
+    def _fill(self, dtype: torch.dtype) -> Any:
+        if dtype == torch.bool:
+            return self.fill_bool
+        if dtype.is_floating_point or dtype.is_complex:
+            return self.fill_float
+        return self.fill_int
+
+    @staticmethod
+    def _done_for(key: Any, done_keys: list) -> Any:
+        key_t = as_tuple(key)
+        best, best_len = None, -1
+        for done_key in done_keys:
+            prefix = as_tuple(done_key)[:-1]
+            if key_t[: len(prefix)] == prefix and len(prefix) > best_len:
+                best, best_len = done_key, len(prefix)
+        return best
+
+    def on_step(
+        self, next_tensordict: TensorDictBase, observation_keys: list, done_keys: list
+    ) -> TensorDictBase:
+        """Stash the observations of ``next_tensordict``; replace those of done elements.
+
+        Args:
+            next_tensordict: the output of ``_step`` (not nested under ``"next"``).
+            observation_keys: the entries to stash (and replace).
+            done_keys: the ``"done"`` entry of each done level.
+        """
+        stash = {}
+        for key in observation_keys:
+            value = next_tensordict.get(key, None)
+            if value is not None:
+                stash[key] = value
+        self._stash = stash
+        if not self.replace:
+            return next_tensordict
+        dones = {}
+        for done_key in done_keys:
+            done = next_tensordict.get(done_key, None)
+            if done is not None and bool(done.any()):
+                dones[done_key] = done
+        if not dones:
+            return next_tensordict
+        for key, value in stash.items():
+            done_key = self._done_for(key, list(dones))
+            if done_key is None or not isinstance(value, torch.Tensor):
+                continue
+            mask = align_mask(dones[done_key], value.shape, "done", done_key, key)
+            fill = torch.full((), self._fill(value.dtype), dtype=value.dtype, device=value.device)
+            next_tensordict.set(key, torch.where(mask, fill, value))
+        return next_tensordict
+
+    def on_reset(self, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        """Write the stashed observations into ``tensordict_reset`` and clear the stash."""
+        for key, value in self._stash.items():
+            tensordict_reset.set(key, value)
+        self._stash = {}
+        return tensordict_reset
+
+
+class AutoResetEnv(EnvBase):
+    """Wrap an auto-resetting env so that rollouts reuse the observations its ``_step`` returns.
+
+    The wrapper exposes the specs of ``env``, runs its ``_step`` / ``_reset``
+    and applies :class:`AutoResetHandler`: resets triggered by done flags take
+    the stashed observations instead of calling ``env._reset``.
+
+    Args:
+        env: the auto-resetting env.
+        replace: replace the last observation of each episode with a placeholder.
+        fill_float: placeholder for floating entries.
+        fill_int: placeholder for integer entries.
+        fill_bool: placeholder for boolean entries.
+
+    Examples:
+        >>> from tdrl.envs import PendulumEnv
+        >>> env = AutoResetEnv(PendulumEnv())
+        >>> env.auto_reset
+        True
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        *,
+        replace: bool = True,
+        fill_float: float | str = "nan",
+        fill_int: int = -1,
+        fill_bool: bool = False,
+    ) -> None:
+        super().__init__(
+            device=env.device,
+            batch_size=env.batch_size,
+            allow_done_after_reset=env.allow_done_after_reset,
+            auto_reset=True,
+            auto_reset_replace=replace,
+        )
+        self.__dict__["_auto_reset_handler"] = AutoResetHandler(
+            replace=replace, fill_float=fill_float, fill_int=fill_int, fill_bool=fill_bool
+        )
+        self.base_env = env
+        self.batch_locked = env.batch_locked
+        self.output_spec = env.output_spec.clone()
+        self.input_spec = env.input_spec.clone()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self.base_env._post_process(self.base_env._step(tensordict))
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        return self.base_env._post_process(self.base_env._reset(tensordict, **kwargs))
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.base_env.set_seed(seed, static_seed=True)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the wrapped env."""
+        self.base_env.close()
+        super().close()

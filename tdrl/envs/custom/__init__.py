@@ -1,0 +1,10 @@
+"""Environments implemented natively in tdrl (pure torch, no simulator dependency)."""
+
+from __future__ import annotations
+
+from tdrl.envs.custom import pendulum as _pendulum
+from tdrl.envs.custom import tictactoe as _tictactoe
+from tdrl.envs.custom.pendulum import *  # noqa: F403
+from tdrl.envs.custom.tictactoe import *  # noqa: F403
+
+__all__ = [*_pendulum.__all__, *_tictactoe.__all__]

@@ -1,0 +1,21 @@
+"""Wrappers of external simulator libraries; each imports its library lazily."""
+
+from __future__ import annotations
+
+from tdrl.envs.libs.gym import (
+    GymEnv,
+    GymWrapper,
+    VecGymEnvTransform,
+    default_info_dict_reader,
+    gym_backend,
+    set_gym_backend,
+)
+
+__all__ = [
+    "GymEnv",
+    "GymWrapper",
+    "VecGymEnvTransform",
+    "default_info_dict_reader",
+    "gym_backend",
+    "set_gym_backend",
+]

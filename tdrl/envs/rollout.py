@@ -1,0 +1,312 @@
+"""The rollout loop and the step-and-maybe-reset helpers used by :class:`EnvBase`.
+
+These are free functions so that batched envs, transformed envs and collectors
+share one implementation. They rely on keys cached by the env when its specs
+were set and never validate data per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+
+from tdrl.envs._keys import as_tuple, from_tuple
+from tdrl.envs._step_mdp import entries, fast_get, merge_next
+
+if TYPE_CHECKING:
+    from tdrl.envs.common import EnvBase
+
+__all__ = ["maybe_reset", "rollout", "step_and_maybe_reset"]
+
+
+def _is_any(done: torch.Tensor) -> bool:
+    # a one-element tensor converts to bool without an extra ``any`` kernel
+    return bool(done) if done.numel() == 1 else bool(done.any())
+
+
+def _any_done(data: TensorDictBase, done_flag_keys: list) -> bool:
+    for key in done_flag_keys:
+        done = fast_get(data, key)
+        if done is not None and _is_any(done):
+            return True
+    return False
+
+
+def _step_mdp(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
+    return merge_next(tensordict, env._cache.mdp_excluded, True)
+
+
+def maybe_reset(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
+    """Reset the elements of ``tensordict`` whose done flag is set; no-op when none is.
+
+    Each done level gets a ``"_reset"`` mask equal to its ``"done"`` entry.
+    """
+    cache = env._cache
+    flag_keys = cache.done_flag_keys
+    if len(flag_keys) == 1:
+        done = fast_get(tensordict, flag_keys[0])
+        if done is None or not _is_any(done):
+            return tensordict
+        tensordict.set(cache.reset_keys[0], done)
+        return env.reset(tensordict)
+    masks = []
+    any_done = False
+    for reset_key, flag_key in zip(cache.reset_keys, flag_keys):
+        done = tensordict.get(flag_key, None)
+        if done is None:
+            continue
+        masks.append((reset_key, done))
+        if not any_done and _is_any(done):
+            any_done = True
+    if not any_done:
+        return tensordict
+    for reset_key, done in masks:
+        tensordict.set(reset_key, done)
+    return env.reset(tensordict)
+
+
+def step_and_maybe_reset(
+    env: EnvBase, tensordict: TensorDictBase
+) -> tuple[TensorDictBase, TensorDictBase]:
+    """Step ``env`` then build the next input, partially resetting done elements.
+
+    Returns:
+        the stepped ``tensordict`` (with its ``"next"`` entry) and the input of
+        the next step (``step_mdp`` of it, reset where done).
+    """
+    tensordict = env.step(tensordict)
+    tensordict_ = _step_mdp(env, tensordict)
+    tensordict_ = maybe_reset(env, tensordict_)
+    return tensordict, tensordict_
+
+
+def _policy_device(policy: Any) -> torch.device | None:
+    if isinstance(policy, torch.nn.Module):
+        for param in policy.parameters():
+            return param.device
+    return None
+
+
+def _finished(env: EnvBase, data: TensorDictBase) -> torch.Tensor:
+    """Per-element done flags, reduced to the batch dims of ``data``."""
+    cache = env._cache
+    batch = data.batch_size
+    result = None
+    for key in cache.done_flag_keys:
+        done = data.get(key, None)
+        if done is None:
+            continue
+        root = not isinstance(key, tuple) or len(key) == 1
+        done = done.reshape(*batch, -1)
+        done = done.any(-1) if root else done.all(-1)
+        result = done if result is None else (result | done if root else result & done)
+        if root:
+            return done
+    if result is None:
+        return torch.zeros(batch, dtype=torch.bool, device=data.device)
+    return result
+
+
+def _set_truncated(env: EnvBase, next_data: TensorDictBase) -> None:
+    found = False
+    for keys in env._cache.done_keys_groups:
+        for key in keys:
+            if as_tuple(key)[-1] != "truncated":
+                continue
+            found = True
+            prefix = as_tuple(key)[:-1]
+            truncated = next_data.get(key)
+            next_data.set(key, torch.ones_like(truncated))
+            done_key = from_tuple((*prefix, "done"))
+            done = next_data.get(done_key, None)
+            if done is not None:
+                next_data.set(done_key, torch.ones_like(done))
+    if not found:
+        raise RuntimeError(
+            "set_truncated=True requires a 'truncated' entry in the env done spec; "
+            f"the done keys are {env.done_keys}"
+        )
+
+
+def _check_break_flags(any_done: bool | None, all_done: bool | None) -> tuple[bool, bool]:
+    if any_done and all_done:
+        raise ValueError(
+            "break_when_any_done and break_when_all_done cannot both be True; pick one"
+        )
+    if all_done is None:
+        all_done = False
+    if any_done is None:
+        any_done = not all_done
+    return bool(any_done), bool(all_done)
+
+
+def rollout(
+    env: EnvBase,
+    max_steps: int,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+    callback: Callable[..., Any] | None = None,
+    auto_reset: bool = True,
+    auto_cast_to_device: bool = False,
+    break_when_any_done: bool | None = None,
+    break_when_all_done: bool | None = None,
+    return_contiguous: bool = True,
+    tensordict: TensorDictBase | None = None,
+    set_truncated: bool = False,
+    out: TensorDictBase | None = None,
+) -> TensorDictBase:
+    """Run ``env`` for up to ``max_steps`` steps; see :meth:`EnvBase.rollout`."""
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps}")
+    any_done, all_done = _check_break_flags(break_when_any_done, break_when_all_done)
+    if auto_reset:
+        tensordict = env.reset(tensordict)
+    elif tensordict is None:
+        raise ValueError("rollout(auto_reset=False) needs an initial tensordict")
+    elif not all_done:
+        tensordict = maybe_reset(env, tensordict)
+    if policy is None:
+        policy = env.rand_action
+    policy_device = _policy_device(policy) if auto_cast_to_device else None
+    env_device = env.device
+    cast = policy_device is not None and policy_device != env_device
+    cache = env._cache
+    excluded = cache.mdp_excluded
+    done_flag_keys = cache.done_flag_keys
+    steps: list = []
+    append = steps.append
+    step = env.step
+    last = max_steps - 1
+    for i in range(max_steps):
+        if cast:
+            tensordict = tensordict.to(policy_device)
+        tensordict = policy(tensordict)
+        if cast:
+            tensordict = tensordict.to(env_device)
+        if all_done:
+            tensordict.set("_step", ~_finished(env, tensordict))
+        tensordict = step(tensordict)
+        if set_truncated and i == last:
+            _set_truncated(env, tensordict.get("next"))
+        append(tensordict)
+        if callback is not None:
+            callback(env, tensordict)
+        if i == last:
+            break
+        if any_done:
+            if _any_done(fast_get(tensordict, "next"), done_flag_keys):
+                break
+            tensordict = merge_next(tensordict, excluded, True)
+        elif all_done:
+            tensordict = merge_next(tensordict, excluded, True)
+            if bool(_finished(env, tensordict).all()):
+                break
+        else:
+            tensordict = maybe_reset(env, merge_next(tensordict, excluded, True))
+    return _stack(steps, return_contiguous, out)
+
+
+class _Irregular(Exception):
+    """The steps do not share one structure of plain tensors: use tensordict's stack."""
+
+
+def _collect(td: TensorDictBase, node: dict) -> None:
+    for key, value in entries(td).items():
+        slot = node.get(key)
+        if isinstance(value, torch.Tensor):
+            if slot is None:
+                node[key] = [value]
+            elif type(slot) is list:
+                slot.append(value)
+            else:
+                raise _Irregular
+        elif type(value) is TensorDict:
+            if slot is None:
+                slot = node[key] = {"": value.batch_size}
+            elif type(slot) is not dict:
+                raise _Irregular
+            _collect(value, slot)
+        else:
+            raise _Irregular
+
+
+def _shifted(slot: list, next_slot: Any, count: int) -> bool:
+    """Whether ``slot[t + 1] is next_slot[t]`` for every step (root data = previous next data)."""
+    if type(next_slot) is not list or len(next_slot) != count or len(slot) != count:
+        return False
+    return all(a is b for a, b in zip(slot[1:], next_slot))
+
+
+def _build(
+    node: dict,
+    count: int,
+    dim: int,
+    device: Any,
+    next_node: dict | None = None,
+    next_built: TensorDictBase | None = None,
+) -> TensorDictBase:
+    batch = node.pop("")
+    source = {}
+    if next_node is None and type(node.get("next")) is dict:
+        # build "next" first: root entries that merely repeat the previous
+        # step's "next" entries are then rebuilt with one cat instead of a stack
+        next_node = node["next"]
+        next_built = source["next"] = _build(next_node, count, dim, device)
+    for key, slot in node.items():
+        if key in source:
+            continue
+        if type(slot) is list:
+            if len(slot) != count:
+                raise _Irregular
+            next_slot = next_node.get(key) if next_node is not None else None
+            if count > 1 and _shifted(slot, next_slot, count):
+                previous = next_built.get(key).narrow(dim, 0, count - 1)
+                source[key] = torch.cat([slot[0].unsqueeze(dim), previous], dim)
+            else:
+                source[key] = torch.stack(slot, dim)
+        else:
+            sub_next = next_node.get(key) if next_node is not None else None
+            sub_built = next_built.get(key, None) if type(sub_next) is dict else None
+            source[key] = _build(
+                slot,
+                count,
+                dim,
+                device,
+                sub_next if sub_built is not None else None,
+                sub_built,
+            )
+    batch_size = torch.Size((*batch[:dim], count, *batch[dim:]))
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+def _fast_stack(steps: list, dim: int) -> TensorDictBase:
+    """Stack tensordicts of identical structure leaf by leaf (one ``torch.stack`` per leaf)."""
+    first = steps[0]
+    if type(first) is not TensorDict:
+        raise _Irregular
+    root: dict = {"": first.batch_size}
+    for step in steps:
+        if step.batch_size != first.batch_size:
+            raise _Irregular
+        _collect(step, root)
+    try:
+        return _build(root, len(steps), dim, first.device)
+    except RuntimeError as err:
+        raise _Irregular from err
+
+
+def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:
+    dim = steps[0].batch_dims
+    if not return_contiguous:
+        result = LazyStackedTensorDict.lazy_stack(steps, dim)
+    elif out is not None:
+        result = torch.stack(steps, dim, out=out)
+    else:
+        try:
+            result = _fast_stack(steps, dim)
+        except _Irregular:
+            result = torch.stack(steps, dim)
+    result.refine_names(*([None] * dim), "time")
+    return result

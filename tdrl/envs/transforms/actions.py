@@ -1,0 +1,111 @@
+"""Transforms acting on the action side of an env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
+from tdrl.envs.transforms.transform import NestedKey, Transform
+
+__all__ = ["ActionMask"]
+
+ACCEPTED_SPECS = (OneHot, Categorical, MultiOneHot, MultiCategorical)
+
+
+class ActionMask(Transform):
+    """Keeps the mask of the action spec in sync with the env's ``action_mask`` entry.
+
+    After every reset and step, the mask read from the data is written into the
+    transformed env's action spec, so ``env.action_spec.rand()``, ``rand_action`` and
+    random policies built on the spec only pick allowed actions. In a batched env,
+    add it to the batched env, not to its sub-envs.
+
+    Args:
+        action_key: the action entry (a OneHot, Categorical, MultiOneHot or
+            MultiCategorical spec).
+        mask_key: the boolean mask entry written by the env.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.envs import ActionMask, TicTacToeEnv, TransformedEnv
+        >>> env = TransformedEnv(TicTacToeEnv(), ActionMask())
+        >>> td = env.reset()
+        >>> td = env.rand_step(td)
+        >>> mask = env.action_spec.mask.reshape(-1)
+        >>> bool(mask[td["action"]]), int(mask.sum())
+        (False, 8)
+    """
+
+    def __init__(
+        self, action_key: NestedKey = "action", mask_key: NestedKey = "action_mask"
+    ) -> None:
+        for name, key in (("action_key", action_key), ("mask_key", mask_key)):
+            if not isinstance(key, (str, tuple)):
+                raise TypeError(
+                    f"ActionMask {name}: expected a str or a tuple of str, got {type(key).__name__}"
+                )
+        super().__init__(in_keys=[action_key, mask_key], out_keys=[])
+        self.action_key = self.in_keys[0]
+        self.mask_key = self.in_keys[1]
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec of the env holding this transform (the one whose mask is updated)."""
+        container = self.container
+        if container is None:
+            raise RuntimeError(
+                "ActionMask must be part of a TransformedEnv to update its action spec"
+            )
+        spec = container.full_action_spec[self.action_key]
+        if not isinstance(spec, ACCEPTED_SPECS):
+            raise TypeError(
+                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
+                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
+            )
+        return spec
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        mask = next_tensordict.get(self.mask_key, None)
+        if mask is None:
+            raise KeyError(
+                f"ActionMask: expected the mask entry {self.mask_key!r} in the env output, got keys "
+                f"{list(next_tensordict.keys(True, True))}"
+            )
+        spec = self.action_spec
+        if mask.device != spec.device:
+            mask = mask.to(spec.device)
+        spec.update_mask(mask)
+        return next_tensordict
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Not available outside an env: the transform updates an env's spec."""
+        raise RuntimeError(
+            "ActionMask only works inside a TransformedEnv (it updates the env's action spec); "
+            "it has no meaning on data from a buffer"
+        )
+
+    def transform_input_spec(self, input_spec: Any) -> Any:
+        """Check that the action spec is of a maskable kind."""
+        input_spec = super().transform_input_spec(input_spec)
+        spec = input_spec["full_action_spec"].get(self.action_key, None)
+        if spec is None:
+            raise KeyError(
+                f"ActionMask: action key {self.action_key!r} is not in the action spec; available "
+                f"keys: {list(input_spec['full_action_spec'].keys(True, True))}"
+            )
+        if not isinstance(spec, ACCEPTED_SPECS):
+            raise TypeError(
+                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
+                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
+            )
+        return input_spec
+
+    def __repr__(self) -> str:
+        return f"ActionMask(action_key={self.action_key!r}, mask_key={self.mask_key!r})"

@@ -1,0 +1,357 @@
+"""Environment helpers: step_mdp, check_env_specs, done aggregation, random policy..."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.data import Composite, make_composite_from_td
+from tdrl.envs._checks import shapes_match
+from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
+from tdrl.envs._step_mdp import excluded_set, merge_next
+from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
+from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
+
+if TYPE_CHECKING:
+    from tdrl.envs.common import EnvBase
+
+__all__ = [
+    "ExplorationType",
+    "MarlGroupMapType",
+    "RandomPolicy",
+    "check_env_specs",
+    "check_marl_grouping",
+    "exploration_type",
+    "get_available_libraries",
+    "make_composite_from_td",
+    "set_exploration_type",
+    "step_mdp",
+    "terminated_or_truncated",
+]
+
+#: Simulator libraries tdrl has wrappers for, by import name.
+_LIBRARIES = (
+    "gymnasium",
+    "gym",
+    "dm_control",
+    "pettingzoo",
+    "vmas",
+    "envpool",
+    "open_spiel",
+    "mujoco",
+    "brax",
+    "jumanji",
+    "chess",
+    "meltingpot",
+    "smacv2",
+    "isaacgym",
+    "habitat",
+    "mlagents_envs",
+    "robohive",
+    "openml",
+)
+
+
+def step_mdp(
+    tensordict: TensorDictBase,
+    next_tensordict: TensorDictBase | None = None,
+    keep_other: bool = True,
+    exclude_reward: bool = True,
+    exclude_done: bool = False,
+    exclude_action: bool = True,
+    reward_keys: Any = "reward",
+    done_keys: Any = "done",
+    action_keys: Any = "action",
+) -> TensorDictBase:
+    """Move the content of ``tensordict["next"]`` to the root of a new tensordict (``t <- t+1``).
+
+    Args:
+        tensordict: a tensordict with a ``"next"`` entry.
+        next_tensordict: if given, the result is written into it and it is returned.
+        keep_other: keep the root entries that ``"next"`` does not overwrite.
+        exclude_reward: drop the ``reward_keys``.
+        exclude_done: drop the ``done_keys``.
+        exclude_action: drop the ``action_keys`` (otherwise they stay at the root).
+        reward_keys: the reward key(s).
+        done_keys: the done key(s).
+        action_keys: the action key(s).
+
+    Every nesting level of the result is a new container, so updating it in
+    place never changes ``tensordict``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict(observation=torch.zeros(2), action=torch.ones(1),
+        ...                 next=TensorDict(observation=torch.ones(2), reward=torch.ones(1)))
+        >>> sorted(step_mdp(td).keys())
+        ['observation']
+        >>> step_mdp(td)["observation"]
+        tensor([1., 1.])
+        >>> sorted(step_mdp(td, exclude_action=False, exclude_reward=False).keys())
+        ['action', 'observation', 'reward']
+    """
+    excluded = excluded_set(
+        reward_keys if exclude_reward else None,
+        done_keys if exclude_done else None,
+        action_keys if exclude_action else None,
+    )
+    if exclude_action:
+        kept_root = ()
+    elif isinstance(action_keys, (str, tuple)):
+        kept_root = (action_keys,)
+    else:
+        kept_root = tuple(action_keys)
+    out = merge_next(tensordict, excluded, keep_other, kept_root)
+    if next_tensordict is not None:
+        next_tensordict.update(out)
+        return next_tensordict
+    return out
+
+
+def terminated_or_truncated(
+    data: TensorDictBase,
+    full_done_spec: Composite | None = None,
+    key: str | None = "_reset",
+    write_full_false: bool = False,
+) -> bool:
+    """Aggregate done / terminated / truncated per level; optionally write the result.
+
+    For each done level of ``data`` (read from ``full_done_spec`` when given,
+    found by name otherwise), the OR of its end-of-trajectory entries is written
+    under ``key`` at that level (when any is True, or always with
+    ``write_full_false``).
+
+    Returns:
+        True when any entry is True.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> data = TensorDict(done=torch.tensor([[False], [True]]),
+        ...                   truncated=torch.tensor([[False], [False]]), batch_size=[2])
+        >>> terminated_or_truncated(data)
+        True
+        >>> data["_reset"].squeeze(-1)
+        tensor([False,  True])
+    """
+    if full_done_spec is not None:
+        done_keys = leaf_keys(full_done_spec)
+    else:
+        done_keys = [
+            k
+            for k in data.keys(include_nested=True, leaves_only=True)
+            if as_tuple(k)[-1] in ("done", "terminated", "truncated")
+        ]
+    any_done = False
+    for prefix, keys in group_done_keys(done_keys):
+        aggregate = None
+        for done_key in keys:
+            value = data.get(done_key, None)
+            if value is None:
+                continue
+            aggregate = value if aggregate is None else aggregate | value
+        if aggregate is None:
+            continue
+        level_any = bool(aggregate.any())
+        any_done = any_done or level_any
+        if key is not None and (level_any or write_full_false):
+            data.set(from_tuple((*prefix, key)), aggregate)
+    return any_done
+
+
+class RandomPolicy:
+    """A policy that writes a random sample of an action spec.
+
+    Args:
+        action_spec: a leaf spec or a Composite of actions.
+        action_key: where a leaf spec's sample is written.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from tdrl.data import Bounded
+        >>> policy = RandomPolicy(Bounded(-1.0, 1.0, (2,)))
+        >>> policy(TensorDict())["action"].shape
+        torch.Size([2])
+    """
+
+    def __init__(self, action_spec: Any, action_key: Any = "action") -> None:
+        self.action_spec = action_spec.clone()
+        self.action_key = action_key
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        """Write a random action into ``td`` and return it."""
+        if isinstance(self.action_spec, Composite):
+            return td.update(self.action_spec.rand())
+        return td.set(self.action_key, self.action_spec.rand())
+
+
+def get_available_libraries() -> dict[str, bool]:
+    """Map each simulator library tdrl wraps to whether it is installed (nothing is imported).
+
+    Examples:
+        >>> libraries = get_available_libraries()
+        >>> isinstance(libraries["gymnasium"], bool)
+        True
+    """
+    return {name: importlib.util.find_spec(name) is not None for name in _LIBRARIES}
+
+
+CHECK_FAIL = "check_env_specs: {what} at key {key!r}: {detail}"
+
+
+def _expected_entries(env: EnvBase) -> dict:
+    """Spec of every entry of a rollout step, keyed by full key (next entries under 'next')."""
+    entries: dict = {}
+    for spec, keys in (
+        (env.full_state_spec, env.state_keys),
+        (env.full_action_spec, env.action_keys),
+        (env.full_observation_spec, env.observation_keys),
+        (env.full_done_spec, env.done_keys),
+    ):
+        for key in keys:
+            entries[as_tuple(key)] = spec[key]
+    for spec, keys in (
+        (env.full_observation_spec, env.observation_keys),
+        (env.full_reward_spec, env.reward_keys),
+        (env.full_done_spec, env.done_keys),
+    ):
+        for key in keys:
+            entries[("next", *as_tuple(key))] = spec[key]
+    return entries
+
+
+def check_env_specs(
+    env: EnvBase,
+    return_contiguous: bool = True,
+    check_dtype: bool = True,
+    seed: int | None = None,
+    tensordict: TensorDictBase | None = None,
+    break_when_any_done: bool | str = False,
+) -> None:
+    """Run a short rollout and check that its data matches the env specs.
+
+    Every entry of the specs must be present in the data with the expected
+    shape (``-1`` dims match any size) and dtype and be within the spec's
+    domain, and the data must hold no entry the specs do not declare.
+
+    Args:
+        env: the env to check.
+        return_contiguous: stack the rollout contiguously (False for dynamic specs).
+        check_dtype: compare dtypes too.
+        seed: if given, seed the env first.
+        tensordict: an initial tensordict passed to ``reset``.
+        break_when_any_done: forwarded to the rollout (``"both"`` runs both ways).
+
+    Raises:
+        AssertionError: naming the first key that disagrees and how.
+
+    Examples:
+        >>> from tdrl.envs import PendulumEnv
+        >>> check_env_specs(PendulumEnv(), seed=0)
+    """
+    if break_when_any_done == "both":
+        check_env_specs(env, return_contiguous, check_dtype, seed, tensordict, True)
+        check_env_specs(env, return_contiguous, check_dtype, None, tensordict, False)
+        return
+    if seed is not None:
+        env.set_seed(seed)
+    data = env.rollout(
+        3,
+        return_contiguous=False,
+        tensordict=tensordict,
+        break_when_any_done=bool(break_when_any_done),
+    )
+    env_ndim = len(env.batch_size)
+    entries = _expected_entries(env)
+    for step in data.tensordicts:
+        _check_data(step, entries, env_ndim, check_dtype, step.batch_dims, None)
+    if return_contiguous:
+        try:
+            torch.stack(data.tensordicts, data.stack_dim)
+        except (RuntimeError, KeyError, ValueError) as err:
+            raise AssertionError(
+                f"check_env_specs: the rollout steps cannot be stacked contiguously ({err}); "
+                "use return_contiguous=False for envs with dynamic specs"
+            ) from err
+
+
+def _check_data(
+    data: TensorDictBase,
+    entries: dict,
+    env_ndim: int,
+    check_dtype: bool,
+    lead_ndim: int,
+    time_dim: int | None,
+) -> None:
+    present = {as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True)}
+    for key, spec in entries.items():
+        if key not in present:
+            raise AssertionError(
+                CHECK_FAIL.format(
+                    what="missing entry",
+                    key=from_tuple(key),
+                    detail="declared in the specs but absent from the rollout data",
+                )
+            )
+        value = data.get(key)
+        if not isinstance(value, torch.Tensor):
+            continue
+        expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
+        got = tuple(value.shape)
+        if not shapes_match(expected, got):
+            raise AssertionError(
+                CHECK_FAIL.format(
+                    what="shape mismatch",
+                    key=from_tuple(key),
+                    detail=f"expected {expected}, got {got}",
+                )
+            )
+        if check_dtype and value.dtype != spec.dtype:
+            raise AssertionError(
+                CHECK_FAIL.format(
+                    what="dtype mismatch",
+                    key=from_tuple(key),
+                    detail=f"expected {spec.dtype}, got {value.dtype}",
+                )
+            )
+        if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:
+            if time_dim is not None:
+                value = value.movedim(time_dim, 0)
+            _check_domain(spec, value, key, lead_ndim, env_ndim)
+    unexpected = sorted(present - set(entries), key=str)
+    unexpected = [k for k in unexpected if not _is_private(k)]
+    if unexpected:
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="undeclared entry",
+                key=from_tuple(unexpected[0]),
+                detail="present in the rollout data but in no spec (all undeclared: "
+                f"{[from_tuple(k) for k in unexpected]})",
+            )
+        )
+
+
+def _is_private(key: tuple) -> bool:
+    return key[-1] in ("_reset", "_step")
+
+
+def _check_domain(
+    spec: Any, value: torch.Tensor, key: tuple, lead_ndim: int, env_ndim: int
+) -> None:
+    if not hasattr(spec, "is_in"):
+        return
+    target = (*value.shape[:lead_ndim], *tuple(spec.shape[env_ndim:]))
+    if tuple(spec.shape) != target:
+        spec = spec.expand(*target)
+    if not spec.is_in(value):
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="value out of spec",
+                key=from_tuple(key),
+                detail=f"the data is not in the domain of its {type(spec).__name__} spec",
+            )
+        )

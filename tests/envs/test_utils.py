@@ -1,0 +1,212 @@
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, interaction_type
+
+from tdrl.data import Bounded, Composite, Unbounded
+from tdrl.envs import (
+    ExplorationType,
+    MarlGroupMapType,
+    RandomPolicy,
+    check_env_specs,
+    check_marl_grouping,
+    exploration_type,
+    get_available_libraries,
+    make_composite_from_td,
+    set_exploration_type,
+    step_mdp,
+    terminated_or_truncated,
+)
+from tests.mocks import CountingEnv, EnvWithDynamicSpec, MultiAgentCountingEnv, StatelessCountingEnv
+
+
+def _ted():
+    return TensorDict(
+        {
+            "observation": torch.zeros(2, 3),
+            "action": torch.ones(2, 1),
+            "hidden": torch.ones(2, 4),
+            "done": torch.zeros(2, 1, dtype=torch.bool),
+            "agents": TensorDict({"action": torch.ones(2, 5, 1), "mem": torch.ones(2, 5)}, [2, 5]),
+            "next": TensorDict(
+                {
+                    "observation": torch.ones(2, 3),
+                    "reward": torch.ones(2, 1),
+                    "done": torch.ones(2, 1, dtype=torch.bool),
+                    "agents": TensorDict(
+                        {"obs": torch.ones(2, 5, 2), "reward": torch.ones(2, 5, 1)}, [2, 5]
+                    ),
+                },
+                [2],
+            ),
+        },
+        [2],
+    )
+
+
+def test_step_mdp_defaults():
+    td = _ted()
+    out = step_mdp(
+        td,
+        reward_keys=["reward", ("agents", "reward")],
+        action_keys=["action", ("agents", "action")],
+    )
+    assert set(out.keys(True, True)) == {
+        "observation",
+        "hidden",
+        "done",
+        ("agents", "mem"),
+        ("agents", "obs"),
+    }
+    assert out["observation"].sum() == 6
+    assert out["agents"].batch_size == (2, 5)
+
+
+def test_step_mdp_flags():
+    td = _ted()
+    out = step_mdp(td, keep_other=False, exclude_action=False, exclude_reward=False)
+    assert "hidden" not in out.keys()
+    assert {"action", "reward", "observation", "done"} <= set(out.keys())
+    out = step_mdp(td, exclude_done=True)
+    assert "done" not in out.keys()
+
+
+def test_step_mdp_fresh_containers_and_next_tensordict():
+    td = _ted()
+    out = step_mdp(td)
+    assert out["agents"] is not td["agents"] and out["agents"] is not td["next", "agents"]
+    out.set(("agents", "mem"), torch.zeros(2, 5))
+    assert td["agents", "mem"].sum() == 10
+    target = TensorDict(batch_size=[2])
+    assert step_mdp(td, next_tensordict=target) is target
+    assert "observation" in target.keys()
+
+
+def test_step_mdp_requires_next():
+    with pytest.raises(KeyError, match="'next'"):
+        step_mdp(TensorDict(a=torch.zeros(1)))
+
+
+def test_terminated_or_truncated():
+    data = TensorDict(
+        {
+            "terminated": torch.tensor([[False], [False]]),
+            "truncated": torch.tensor([[False], [True]]),
+            "agents": TensorDict({"done": torch.zeros(2, 3, 1, dtype=torch.bool)}, [2, 3]),
+        },
+        [2],
+    )
+    assert terminated_or_truncated(data)
+    assert data["_reset"].squeeze(-1).tolist() == [False, True]
+    assert ("agents", "_reset") not in data.keys(True)
+    assert terminated_or_truncated(data, key="custom", write_full_false=True)
+    assert data["agents", "custom"].shape == (2, 3, 1)
+    spec = Composite(terminated=Unbounded((1,), dtype=torch.bool))
+    assert not terminated_or_truncated(data[:1], full_done_spec=spec, key=None)
+
+
+def test_check_env_specs_passes_for_mocks():
+    check_env_specs(CountingEnv(batch_size=(2,)))
+    check_env_specs(MultiAgentCountingEnv(), seed=1)
+    check_env_specs(StatelessCountingEnv(), tensordict=TensorDict(batch_size=[3]))
+    check_env_specs(EnvWithDynamicSpec(), return_contiguous=False)
+
+
+def test_check_env_specs_names_wrong_shape_key():
+    class WrongShape(CountingEnv):
+        def _step(self, tensordict):
+            out = super()._step(tensordict)
+            out.set("observation", torch.zeros(3))
+            return out
+
+    with pytest.raises(
+        AssertionError,
+        match=r"shape mismatch at key \('next', 'observation'\): expected \(4,\), got \(3,\)",
+    ):
+        check_env_specs(WrongShape())
+
+
+def test_check_env_specs_names_undeclared_and_missing_keys():
+    class Extra(CountingEnv):
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("extra", torch.zeros(1))
+
+    with pytest.raises(AssertionError, match=r"undeclared entry at key \('next', 'extra'\)"):
+        check_env_specs(Extra())
+
+    class Missing(CountingEnv):
+        def _step(self, tensordict):
+            return super()._step(tensordict).exclude("reward")
+
+    with pytest.raises(AssertionError, match=r"missing entry at key \('next', 'reward'\)"):
+        check_env_specs(Missing())
+
+
+def test_check_env_specs_dtype_and_domain():
+    class WrongDtype(CountingEnv):
+        def _step(self, tensordict):
+            out = super()._step(tensordict)
+            return out.set("reward", out["reward"].double())
+
+    with pytest.raises(AssertionError, match=r"dtype mismatch at key \('next', 'reward'\)"):
+        check_env_specs(WrongDtype())
+    check_env_specs(WrongDtype(), check_dtype=False)
+
+    class OutOfDomain(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            self.observation_spec = Composite(observation=Bounded(0.0, 1.5, (4,)))
+
+    with pytest.raises(AssertionError, match="value out of spec at key .*observation"):
+        check_env_specs(OutOfDomain())
+
+
+def test_random_policy():
+    policy = RandomPolicy(Bounded(-1.0, 1.0, (3, 2)))
+    td = policy(TensorDict(batch_size=[3]))
+    assert td["action"].shape == (3, 2) and td["action"].abs().max() <= 1
+    composite = RandomPolicy(Composite(a=Bounded(0.0, 1.0, (1,)), b=Unbounded((2,))))
+    td = composite(TensorDict())
+    assert set(td.keys()) == {"a", "b"}
+    custom = RandomPolicy(Unbounded((1,)), action_key=("agents", "act"))
+    assert custom(TensorDict())["agents", "act"].shape == (1,)
+
+
+def test_exploration_type_interoperates_with_tensordict():
+    assert ExplorationType is InteractionType
+    with set_exploration_type(ExplorationType.RANDOM):
+        assert exploration_type() is ExplorationType.RANDOM
+        assert interaction_type() is InteractionType.RANDOM
+
+    @set_exploration_type("mode")
+    def inner():
+        return exploration_type()
+
+    assert inner() is ExplorationType.MODE
+
+
+def test_get_available_libraries():
+    libraries = get_available_libraries()
+    assert libraries["gymnasium"] is True
+    assert all(isinstance(v, bool) for v in libraries.values())
+
+
+def test_make_composite_from_td():
+    spec = make_composite_from_td(
+        TensorDict(a=torch.zeros(2, 3), b={"c": torch.zeros(2)}, batch_size=[2])
+    )
+    assert spec["a"].shape == (2, 3)
+    assert spec["b", "c"].shape == (2,)
+
+
+def test_marl_group_map_and_check():
+    names = ["a_0", "a_1", "b_0"]
+    assert MarlGroupMapType.ALL_IN_ONE_GROUP.get_group_map(names) == {"agents": names}
+    assert MarlGroupMapType.ONE_GROUP_PER_AGENT.get_group_map(names) == {n: [n] for n in names}
+    check_marl_grouping({"a": ["a_0", "a_1"], "b": ["b_0"]}, names)
+    with pytest.raises(ValueError, match="'a_0' appears in more than one group"):
+        check_marl_grouping({"a": ["a_0"], "b": ["a_0", "a_1", "b_0"]}, names)
+    with pytest.raises(ValueError, match="group 'x' of the group map is empty"):
+        check_marl_grouping({"x": []}, names)
+    with pytest.raises(ValueError, match=r"missing \['b_0'\]"):
+        check_marl_grouping({"a": ["a_0", "a_1"]}, names)

@@ -1,0 +1,156 @@
+"""StepCounter, TrajCounter, InitTracker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.envs import (
+    Compose,
+    GymEnv,
+    InitTracker,
+    StepCounter,
+    TrajCounter,
+    TransformedEnv,
+    check_env_specs,
+)
+from tests.mocks import CountingEnv, MultiAgentCountingEnv
+
+
+@pytest.fixture
+def cartpole():
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    yield env
+    env.close()
+
+
+def _step_counts(env, td, steps):
+    counts = []
+    for _ in range(steps):
+        td, td = env.step_and_maybe_reset(env.rand_action(td))
+        counts.append(td["step_count"].reshape(-1).tolist())
+    return td, counts
+
+
+def test_step_counter_on_gym(cartpole):
+    env = TransformedEnv(cartpole, StepCounter(max_steps=5))
+    check_env_specs(env)
+    assert env.observation_spec["step_count"].dtype == torch.int64
+    assert "step_count" in env.state_spec.keys()
+    rollout = env.rollout(20)
+    assert rollout["next", "step_count"].squeeze(-1).tolist() == [1, 2, 3, 4, 5]
+    assert rollout["step_count"].squeeze(-1).tolist() == [0, 1, 2, 3, 4]
+    assert rollout["next", "truncated"].squeeze(-1).tolist() == [False] * 4 + [True]
+    assert rollout["next", "done"][-1].item()
+
+
+def test_step_counter_adds_truncated_when_missing():
+    env = TransformedEnv(CountingEnv(max_steps=100), StepCounter(max_steps=2))
+    assert "truncated" not in CountingEnv().done_keys
+    assert "truncated" in env.done_keys
+    check_env_specs(env)
+    assert env.reset()["truncated"].tolist() == [False]
+    rollout = env.rollout(10)
+    assert rollout.shape == (2,) and rollout["next", "done"][-1].item()
+
+
+def test_step_counter_without_done_update():
+    env = TransformedEnv(CountingEnv(max_steps=100), StepCounter(max_steps=2, update_done=False))
+    rollout = env.rollout(4)
+    assert rollout.shape == (4,)
+    assert rollout["next", "truncated"].squeeze(-1).tolist() == [False, True, True, True]
+    assert not rollout["next", "done"].any()
+
+
+def test_step_counter_custom_keys_and_validation():
+    env = TransformedEnv(CountingEnv(), StepCounter(3, truncated_key="cut", step_count_key="t"))
+    check_env_specs(env)
+    assert {"cut", "t"} <= set(env.reset().keys())
+    with pytest.raises(ValueError, match="max_steps"):
+        StepCounter(max_steps=0)
+
+
+def test_step_counter_partial_reset():
+    env = TransformedEnv(CountingEnv(max_steps=100, batch_size=(3,)), StepCounter())
+    td = env.reset()
+    td, counts = _step_counts(env, td, 2)
+    assert counts[-1] == [2, 2, 2]
+    td["_reset"] = torch.tensor([[False], [True], [False]])
+    td = env.reset(td)
+    assert td["step_count"].reshape(-1).tolist() == [2, 0, 2]
+    td = env.rand_step(td)
+    assert td["next", "step_count"].reshape(-1).tolist() == [3, 1, 3]
+
+
+def test_step_counter_nested_done_levels():
+    base = MultiAgentCountingEnv(n_agents=2, max_steps=3)
+    env = TransformedEnv(base, StepCounter(max_steps=10))
+    assert "step_count" in env.observation_spec.keys()
+    assert ("agents", "step_count") in env.observation_spec.keys(True)
+    assert env.observation_spec["agents", "step_count"].shape == (2, 1)
+    check_env_specs(env)
+    rollout = env.rollout(3)
+    assert rollout["next", "agents", "step_count"][-1].reshape(-1).tolist() == [3, 3]
+
+
+def test_step_counter_forward_is_identity():
+    td = TensorDict({"a": torch.ones(1)}, [])
+    assert StepCounter()(td) is td
+
+
+def test_traj_counter_counts_episodes(cartpole):
+    env = TransformedEnv(cartpole, Compose(StepCounter(max_steps=3), TrajCounter()))
+    check_env_specs(env)
+    rollout = env.rollout(9, break_when_any_done=False)
+    ids = rollout["traj_count"].squeeze(-1).tolist()
+    assert ids[0:3] == [ids[0]] * 3 and ids[3:6] == [ids[0] + 1] * 3
+    assert ids[6:9] == [ids[0] + 2] * 3
+    assert rollout["next", "traj_count"].squeeze(-1).tolist() == ids
+
+
+def test_traj_counter_partial_reset_and_shared_clones():
+    base = CountingEnv(max_steps=100, batch_size=(3,))
+    counter = TrajCounter()
+    env = TransformedEnv(base, counter)
+    td = env.reset()
+    assert td["traj_count"].reshape(-1).tolist() == [0, 1, 2]
+    td["_reset"] = torch.tensor([[True], [False], [True]])
+    td = env.reset(td)
+    assert td["traj_count"].reshape(-1).tolist() == [3, 1, 4]
+    other = TransformedEnv(CountingEnv(), counter.clone())
+    assert other.reset()["traj_count"].reshape(-1).tolist() == [5]
+
+
+def test_traj_counter_pickles():
+    import pickle
+
+    counter = TrajCounter(out_key="tid")
+    restored = pickle.loads(pickle.dumps(counter))
+    assert restored.out_key == "tid"
+    env = TransformedEnv(CountingEnv(), restored)
+    assert "tid" in env.reset().keys()
+
+
+def test_init_tracker_marks_first_step(cartpole):
+    env = TransformedEnv(cartpole, Compose(StepCounter(max_steps=3), InitTracker()))
+    check_env_specs(env)
+    rollout = env.rollout(7, break_when_any_done=False)
+    assert rollout["is_init"].squeeze(-1).tolist() == [True, False, False] * 2 + [True]
+    assert not rollout["next", "is_init"].any()
+    assert env.observation_spec["is_init"].dtype == torch.bool
+
+
+def test_init_tracker_partial_reset_and_nested():
+    env = TransformedEnv(CountingEnv(max_steps=100, batch_size=(2,)), InitTracker("first"))
+    td = env.rand_step(env.reset())
+    td = env.step_and_maybe_reset(env.rand_action(td))[1]
+    assert td["first"].reshape(-1).tolist() == [False, False]
+    td["_reset"] = torch.tensor([[True], [False]])
+    assert env.reset(td)["first"].reshape(-1).tolist() == [True, False]
+    nested = TransformedEnv(MultiAgentCountingEnv(n_agents=2), InitTracker())
+    check_env_specs(nested)
+    assert nested.reset()["agents", "is_init"].shape == (2, 1)
+    with pytest.raises(TypeError, match="init_key"):
+        InitTracker(3)

@@ -1,0 +1,150 @@
+"""DTypeCastTransform, DoubleToFloat, DeviceCastTransform, PinMemoryTransform."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import Composite, Unbounded
+from tdrl.envs import (
+    DeviceCastTransform,
+    DoubleToFloat,
+    DTypeCastTransform,
+    GymEnv,
+    PinMemoryTransform,
+    TransformedEnv,
+    check_env_specs,
+)
+from tests.mocks import CountingEnv
+
+
+class DoubleEnv(CountingEnv):
+    """A counting env speaking float64 (observation and action)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        batch = self.batch_size
+        self.observation_spec = Composite(
+            observation=Unbounded((*batch, 4), dtype=torch.float64), shape=batch
+        )
+        self.action_spec = Unbounded((*batch, 1), dtype=torch.float64)
+        self.seen_action_dtype = None
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = super()._reset(tensordict)
+        out["observation"] = out["observation"].double()
+        return out
+
+    def _step(self, tensordict):
+        self.seen_action_dtype = tensordict["action"].dtype
+        out = super()._step(tensordict)
+        out["observation"] = out["observation"].double()
+        out["reward"] = out["reward"].float()
+        return out
+
+
+@pytest.fixture
+def pendulum():
+    env = GymEnv("Pendulum-v1")
+    yield env
+    env.close()
+
+
+def test_double_to_float_outputs_and_inputs():
+    base = DoubleEnv()
+    env = TransformedEnv(base, DoubleToFloat(in_keys_inv=["action"]))
+    assert env.observation_spec["observation"].dtype == torch.float32
+    assert env.action_spec.dtype == torch.float32
+    assert base.observation_spec["observation"].dtype == torch.float64
+    check_env_specs(env)
+    td = env.reset()
+    assert td["observation"].dtype == torch.float32
+    td["action"] = torch.zeros(1)
+    env.step(td)
+    assert base.seen_action_dtype == torch.float64
+    assert td["action"].dtype == torch.float32
+
+
+def test_double_to_float_all_keys_on_data():
+    td = TensorDict(
+        {"a": torch.zeros(1, dtype=torch.float64), "b": torch.zeros(1, dtype=torch.int64)}, []
+    )
+    out = DoubleToFloat()(td)
+    assert out["a"].dtype == torch.float32 and out["b"].dtype == torch.int64
+
+
+def test_dtype_cast_on_gym(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        DTypeCastTransform(
+            torch.float32, torch.float64, in_keys=["observation"], in_keys_inv=["action"]
+        ),
+    )
+    assert env.observation_spec["observation"].dtype == torch.float64
+    assert env.action_spec.dtype == torch.float64
+    check_env_specs(env)
+    td = env.rand_step(env.reset())
+    assert td["next", "observation"].dtype == torch.float64
+    assert td["action"].dtype == torch.float64
+
+
+def test_dtype_cast_out_keys_partial_reset():
+    env = TransformedEnv(
+        CountingEnv(max_steps=100, batch_size=(2,)),
+        DTypeCastTransform(torch.float32, torch.int64, in_keys=["observation"], out_keys=["obs_i"]),
+    )
+    check_env_specs(env)
+    td = env.step_and_maybe_reset(env.rand_action(env.reset()))[1]
+    td["_reset"] = torch.tensor([[False], [True]])
+    td = env.reset(td)
+    assert td["obs_i"].dtype == torch.int64 and td["obs_i"][:, 0].tolist() == [1, 0]
+
+
+def test_dtype_cast_validation():
+    with pytest.raises(TypeError, match="dtype_in"):
+        DTypeCastTransform("float", torch.float32)
+
+
+def test_device_cast_cpu_roundtrip(pendulum):
+    env = TransformedEnv(pendulum, DeviceCastTransform("cpu"))
+    assert env.device == torch.device("cpu")
+    check_env_specs(env)
+    assert env.rollout(3)["next", "observation"].device == torch.device("cpu")
+    keyed = TransformedEnv(
+        GymEnv("Pendulum-v1"), DeviceCastTransform("cpu", in_keys=["observation"])
+    )
+    check_env_specs(keyed)
+    data = DeviceCastTransform("cpu")(TensorDict({"a": torch.ones(1)}, []))
+    assert data.device == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_device_cast_to_cuda(pendulum):
+    env = TransformedEnv(pendulum, DeviceCastTransform("cuda:0"))
+    assert env.device.type == "cuda"
+    check_env_specs(env)
+    rollout = env.rollout(3)
+    assert rollout["next", "observation"].device.type == "cuda"
+
+
+def test_pin_memory_transform(pendulum):
+    env = TransformedEnv(pendulum, PinMemoryTransform())
+    check_env_specs(env)
+    td = env.rand_step(env.reset())
+    if torch.cuda.is_available():
+        assert td["next", "observation"].is_pinned()
+    else:
+        assert not td["next", "observation"].is_pinned()
+
+
+def test_double_to_float_without_keys_casts_inputs_too():
+    base = DoubleEnv()
+    env = TransformedEnv(base, DoubleToFloat())
+    assert env.action_spec.dtype == torch.float32
+    assert env.observation_spec["observation"].dtype == torch.float32
+    check_env_specs(env)
+    td = env.reset()
+    td["action"] = torch.zeros(1)
+    env.step(td)
+    assert base.seen_action_dtype == torch.float64

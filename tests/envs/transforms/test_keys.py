@@ -1,0 +1,301 @@
+"""RenameTransform, SelectTransform, ExcludeTransform, CatTensors, RemoveEmptySpecs,
+UnaryTransform, Hash."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from tdrl.data import Composite, NonTensor, Unbounded
+from tdrl.envs import (
+    CatTensors,
+    Compose,
+    ExcludeTransform,
+    GymEnv,
+    Hash,
+    RemoveEmptySpecs,
+    RenameTransform,
+    SelectTransform,
+    StepCounter,
+    TransformedEnv,
+    UnaryTransform,
+    check_env_specs,
+)
+from tests.mocks import CountingEnv, StatelessCountingEnv
+
+
+@pytest.fixture
+def pendulum():
+    env = GymEnv("Pendulum-v1")
+    env.set_seed(0)
+    yield env
+    env.close()
+
+
+# ----------------------------------------------------------------- rename
+def test_rename_outputs_and_inputs(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        RenameTransform(
+            ["observation", "reward"], ["obs", "r"], in_keys_inv=["action"], out_keys_inv=["u"]
+        ),
+    )
+    check_env_specs(env)
+    assert env.observation_keys == ["obs"] and env.reward_keys == ["r"]
+    assert env.action_keys == ["u"]
+    td = env.rand_step(env.reset())
+    assert "u" in td.keys() and "action" not in td.keys()
+    assert {"obs", "r"} <= set(td["next"].keys()) and "observation" not in td["next"].keys()
+    assert pendulum.observation_keys == ["observation"]
+
+
+def test_rename_create_copy(pendulum):
+    env = TransformedEnv(pendulum, RenameTransform(["observation"], ["obs"], create_copy=True))
+    check_env_specs(env)
+    td = env.reset()
+    assert torch.equal(td["obs"], td["observation"])
+
+
+def test_rename_stateless_state_entries():
+    env = TransformedEnv(
+        StatelessCountingEnv(max_steps=100),
+        RenameTransform(["count"], ["c"], in_keys_inv=["count"], out_keys_inv=["c"]),
+    )
+    check_env_specs(env)
+    rollout = env.rollout(3)
+    assert rollout["next", "c"].squeeze(-1).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_rename_nested_and_partial_reset():
+    env = TransformedEnv(
+        CountingEnv(max_steps=100, batch_size=(2,)),
+        RenameTransform(["observation"], [("group", "obs")]),
+    )
+    check_env_specs(env)
+    td = env.rand_step(env.reset())
+    td = env.step_and_maybe_reset(env.rand_action(td))[1]
+    td["_reset"] = torch.tensor([[True], [False]])
+    td = env.reset(td)
+    assert td["group", "obs"][:, 0].tolist() == [0.0, 2.0]
+
+
+def test_rename_errors():
+    with pytest.raises(ValueError, match="in_keys and out_keys"):
+        RenameTransform(["a", "b"], ["c"])
+    with pytest.raises(KeyError, match="'nope'"):
+        TransformedEnv(CountingEnv(), RenameTransform(["nope"], ["x"]))
+    with pytest.raises(KeyError, match="'a'"):
+        RenameTransform(["a"], ["b"])(TensorDict({}, []))
+
+
+# ----------------------------------------------------------- select / exclude
+def test_select_keeps_selected_rewards_dones(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        Compose(RenameTransform(["observation"], ["o"], create_copy=True), SelectTransform("o")),
+    )
+    check_env_specs(env)
+    assert env.observation_keys == ["o"]
+    td = env.rand_step(env.reset())
+    assert set(td["next"].keys()) == {"o", "reward", "done", "terminated", "truncated"}
+
+
+def test_select_without_rewards_and_forward():
+    env = TransformedEnv(CountingEnv(), SelectTransform("observation", keep_rewards=False))
+    assert env.reward_keys == []
+    assert "reward" not in env.rand_step(env.reset())["next"].keys()
+    td = TensorDict({"a": torch.ones(1), "b": torch.ones(1)}, [])
+    assert list(SelectTransform("a")(td).keys()) == ["a"]
+
+
+def test_exclude_outputs(pendulum):
+    env = TransformedEnv(pendulum, Compose(StepCounter(), ExcludeTransform("truncated")))
+    check_env_specs(env)
+    assert "truncated" not in env.done_keys
+    assert "truncated" not in env.rand_step(env.reset())["next"].keys()
+    td = TensorDict({"a": torch.ones(1), "b": torch.ones(1)}, [])
+    assert list(ExcludeTransform("a")(td).keys()) == ["b"]
+
+
+def test_exclude_inverse_drops_inputs():
+    seen = {}
+    base = CountingEnv()
+    original = base._step
+
+    def spy(tensordict):
+        seen["keys"] = set(tensordict.keys())
+        return original(tensordict)
+
+    base.__dict__["_step"] = spy
+    env = TransformedEnv(base, ExcludeTransform("junk", inverse=True))
+    td = env.reset()
+    td["junk"] = torch.ones(1)
+    env.rand_step(td)
+    assert "junk" not in seen["keys"] and "junk" in td.keys()
+
+
+# ------------------------------------------------------------------- cat
+def test_cat_tensors_on_gym(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        Compose(
+            UnaryTransform(["observation"], ["double"], fn=lambda x: x * 2),
+            CatTensors(["observation", "double"], "vector"),
+        ),
+    )
+    check_env_specs(env)
+    td = env.reset()
+    assert td["vector"].shape == (6,) and "double" not in td.keys()
+    assert torch.equal(td["vector"][:3], td["vector"][3:] * 2)  # sorted: double first
+    assert env.observation_spec["vector"].shape == (6,)
+
+
+def test_cat_tensors_lazy_keys_keep_inputs_and_unsqueeze():
+    env = TransformedEnv(
+        StatelessCountingEnv(),
+        CatTensors(out_key="all", del_keys=False, unsqueeze_if_oor=True),
+    )
+    assert env.transform.in_keys == ["count", "observation"]
+    check_env_specs(env)
+    td = env.reset()
+    assert td["all"].shape == (5,) and "count" in td.keys()
+    with pytest.raises(ValueError, match="negative"):
+        CatTensors(["a"], "b", dim=0)
+    with pytest.raises(KeyError, match="missing"):
+        TransformedEnv(CountingEnv(), CatTensors(["observation", "missing"]))
+
+
+def test_cat_tensors_batched_partial_reset():
+    env = TransformedEnv(
+        CountingEnv(max_steps=100, batch_size=(2,)),
+        CatTensors(["observation"], "vec", del_keys=False),
+    )
+    td = env.step_and_maybe_reset(env.rand_action(env.reset()))[1]
+    td["_reset"] = torch.tensor([[False], [True]])
+    td = env.reset(td)
+    assert td["vec"][:, 0].tolist() == [1.0, 0.0]
+
+
+# ----------------------------------------------------------- remove empty
+def test_remove_empty_specs_and_data():
+    class WithEmpty(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            spec = self.observation_spec.clone()
+            spec["empty"] = Composite()
+            self.observation_spec = spec
+
+        def _reset(self, tensordict=None, **kwargs):
+            out = super()._reset(tensordict)
+            out["empty"] = TensorDict({}, [])
+            return out
+
+    env = TransformedEnv(WithEmpty(), RemoveEmptySpecs())
+    assert "empty" not in env.observation_spec.keys()
+    check_env_specs(env)
+    assert "empty" not in env.reset().keys()
+    td = TensorDict({"a": {}, "b": torch.ones(1)}, [])
+    assert list(RemoveEmptySpecs()(td).keys()) == ["b"]
+
+
+# ----------------------------------------------------------------- unary
+def test_unary_tensor_and_inverse(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        UnaryTransform(
+            ["observation"],
+            ["obs_sum"],
+            in_keys_inv=["action"],
+            out_keys_inv=["action_half"],
+            fn=lambda x: x.sum(-1, keepdim=True),
+            inv_fn=lambda a: a * 2,
+        ),
+    )
+    assert env.observation_spec["obs_sum"].shape == (1,)
+    assert "action_half" in env.action_keys
+    td = env.reset()
+    td["action_half"] = torch.full((1,), 0.25)
+    td["action"] = torch.zeros(1)
+    env.step(td)
+    assert torch.allclose(td["obs_sum"], td["observation"].sum(-1, keepdim=True))
+
+
+def test_unary_non_tensor_outputs(pendulum):
+    text = UnaryTransform(["observation"], ["text"], fn=lambda x: str(x.tolist()))
+    env = TransformedEnv(pendulum, text)
+    assert isinstance(env.observation_spec["text"], NonTensor)
+    rollout = env.rollout(3)
+    assert isinstance(rollout.get("text"), NonTensorStack)
+    assert rollout[0]["text"].startswith("[")
+
+
+def test_unary_raw_nontensor_and_errors():
+    t = UnaryTransform(["s"], ["n"], fn=len, use_raw_nontensor=True)
+    assert t(TensorDict({"s": "hello"}, []))["n"] == 5
+    with pytest.raises(TypeError, match="callable"):
+        UnaryTransform(["a"], ["b"], fn=3)
+
+
+# ------------------------------------------------------------------ hash
+def test_hash_is_reproducible_and_seeded():
+    a = Hash.reproducible_hash("abc")
+    assert a.dtype == torch.uint8 and a.shape == (32,)
+    assert torch.equal(a, Hash.reproducible_hash("abc"))
+    assert not torch.equal(a, Hash.reproducible_hash("abc", seed=1))
+
+
+def test_hash_on_env_with_inverse(pendulum):
+    env = TransformedEnv(
+        pendulum,
+        Compose(
+            UnaryTransform(["observation"], ["text"], fn=lambda x: str(x.tolist())),
+            Hash(["text"], ["hash"]),
+        ),
+    )
+    spec = env.observation_spec["hash"]
+    assert spec.shape == (32,) and spec.dtype == torch.uint8
+    td = env.reset()
+    assert torch.equal(td["hash"], Hash.reproducible_hash(td["text"]))
+    hasher = Hash(["text"], ["hash"], in_keys_inv=["text"], out_keys_inv=["hash"])
+    data = hasher(TensorDict({"text": "hello"}, []))
+    back = hasher.inv(TensorDict({"hash": data["hash"]}, []))
+    assert back["text"] == "hello"
+
+
+def test_hash_batched_nontensor_and_errors():
+    hasher = Hash(["text"], ["hash"], repertoire={})
+    td = TensorDict({"text": NonTensorStack("a", "b")}, [2])
+    out = hasher(td)
+    assert out["hash"].shape == (2, 32)
+    assert hasher.get_input_from_hash(out["hash"]) == ["a", "b"]
+    with pytest.raises(KeyError, match="repertoire"):
+        hasher.get_input_from_hash(torch.zeros(32, dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match="repertoire"):
+        Hash(["a"], ["b"]).get_input_from_hash(torch.zeros(32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="together"):
+        Hash(["a"], ["b"], in_keys_inv=["a"])
+
+
+def test_hash_custom_fn_spec():
+    env = TransformedEnv(
+        CountingEnv(),
+        Hash(["observation"], ["h"], hash_fn=lambda x: torch.as_tensor(x).sum(-1, keepdim=True)),
+    )
+    assert env.observation_spec["h"].shape == (1,)
+    check_env_specs(env)
+    assert isinstance(env.observation_spec["h"], Unbounded)
+
+
+def test_remove_empty_specs_on_gym(pendulum):
+    env = TransformedEnv(pendulum, RemoveEmptySpecs())
+    check_env_specs(env)
+    assert env.observation_keys == ["observation"]
+
+
+def test_hash_tensor_observation_on_gym(pendulum):
+    env = TransformedEnv(pendulum, Hash(["observation"], ["h"]))
+    check_env_specs(env)
+    td = env.reset()
+    expected = Hash.reproducible_hash(td["observation"].numpy().tobytes())
+    assert torch.equal(td["h"], expected)
