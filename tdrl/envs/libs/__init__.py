@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tdrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
 from tdrl.envs.libs.gym import (
     GymEnv,
     GymWrapper,
@@ -14,6 +15,8 @@ from tdrl.envs.libs.gym import (
 __all__ = [
     "GymEnv",
     "GymWrapper",
+    "MultiThreadedEnv",
+    "MultiThreadedEnvWrapper",
     "VecGymEnvTransform",
     "default_info_dict_reader",
     "gym_backend",

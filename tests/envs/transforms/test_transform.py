@@ -428,7 +428,7 @@ def test_transformed_env_pickles_with_its_transforms():
 
 
 def test_transforms_inside_and_around_a_batched_env():
-    SerialEnv = pytest.importorskip("tdrl.envs.batched").SerialEnv
+    from tdrl.envs.batched import SerialEnv
 
     def make():
         return TransformedEnv(GymEnv("CartPole-v1"), StepCounter(max_steps=4))

@@ -1,0 +1,510 @@
+"""BatchedEnvBase: what SerialEnv and ParallelEnv share (specs, masks, seeding, attributes).
+
+A subclass provides ``_start`` / ``_shutdown`` and ``_run(command, payloads,
+workers)``, which runs one command on some workers and returns their replies.
+Everything else (stacking the specs, routing partial steps and resets,
+building outputs from the buffers, attribute access) lives here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
+
+from tdrl.envs._step_mdp import merge_next
+from tdrl.envs.batched import _shared
+from tdrl.envs.batched._runner import CALLABLE
+from tdrl.envs.batched._specs import stack_env_specs
+from tdrl.envs.batched.env_creator import get_env_metadata
+from tdrl.envs.common import EnvBase
+from tdrl.envs.metadata import EnvMetaData
+
+DYNAMIC_WARNING = (
+    "{cls}: the sub-env specs have dynamic dims (-1) or buffers were disabled; data is sent "
+    "through pipes and stacked lazily at every step, which is much slower than shared buffers"
+)
+
+
+def _as_list(value: Any, count: int, name: str, kind: type | tuple) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(f"{name}: expected one entry per worker ({count}), got {len(value)}")
+        items = list(value)
+    else:
+        items = [value] * count
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"{name}: expected {kind}, got {type(item).__name__}")
+    return items
+
+
+class _RemoteMethod:
+    """Calls a method on every sub-env and returns the list of results."""
+
+    def __init__(self, env: BatchedEnvBase, name: str) -> None:
+        self.env = env
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list:
+        return self.env._run("call", (self.name, args, kwargs))
+
+    def __repr__(self) -> str:
+        return f"<method {self.name!r} of the {self.env.num_workers} sub-envs>"
+
+
+class BatchedEnvBase(EnvBase):
+    """Base class of SerialEnv and ParallelEnv: a batch of sub-envs seen as one env.
+
+    The batch size is ``[num_workers, *sub_env.batch_size]``; the specs are the
+    sub-env specs stacked along a new first dim (lazily stacked when the
+    sub-envs differ). ``"_step"`` / ``"_reset"`` masks step or reset only the
+    marked sub-envs. Reading an attribute that the batched env does not have
+    returns one value per sub-env; a method is called on every sub-env and
+    returns the list of results.
+
+    Args:
+        num_workers: the number of sub-envs.
+        create_env_fn: a callable returning an env, or one callable per worker.
+        create_env_kwargs: keyword arguments for ``create_env_fn``: one dict, or one per worker.
+        pin_memory: pin the outputs in page-locked memory before moving them to a CUDA device.
+        share_individual_td: keep one buffer tensordict per worker (stacked lazily); by default
+            only sub-envs with different specs get individual buffers.
+        shared_memory: put the buffers in shared memory (required by ParallelEnv).
+        policy_proxy: accepted for compatibility; unused.
+        device: the device of the batched env's data (default: the sub-envs' device).
+        num_threads: if given, the number of torch threads of the main process.
+        num_sub_threads: the number of torch threads of each worker process.
+        serial_for_single: with one worker, build a SerialEnv instead of a ParallelEnv.
+        non_blocking: move outputs to ``device`` with non-blocking copies.
+        mp_start_method: the start method of the worker processes (ParallelEnv).
+        use_buffers: exchange data through preallocated buffers (default: unless the specs
+            have dynamic dims).
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.envs import PendulumEnv, SerialEnv
+        >>> env = SerialEnv(3, PendulumEnv)
+        >>> isinstance(env, BatchedEnvBase), env.batch_size
+        (True, torch.Size([3]))
+        >>> data = env.reset()
+        >>> data["_reset"] = torch.tensor([[True], [False], [False]])
+        >>> env.reset(data).batch_size
+        torch.Size([3])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        pin_memory: bool = False,
+        share_individual_td: bool | None = None,
+        shared_memory: bool = True,
+        policy_proxy: Callable | None = None,
+        device: Any = None,
+        num_threads: int | None = None,
+        num_sub_threads: int = 1,
+        serial_for_single: bool = False,
+        non_blocking: bool = False,
+        mp_start_method: str | None = None,
+        use_buffers: bool | None = None,
+    ) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
+        fns = _as_list(create_env_fn, num_workers, "create_env_fn", object)
+        for fn in fns:
+            if not callable(fn):
+                raise TypeError(f"create_env_fn: expected a callable, got {type(fn).__name__}")
+        kwargs = [
+            dict(kw)
+            for kw in _as_list(create_env_kwargs or {}, num_workers, "create_env_kwargs", dict)
+        ]
+        self.__dict__["_ready"] = False
+        metas = self._collect_metadata(fns, kwargs)
+        sub_batch = metas[0].batch_size
+        for i, meta in enumerate(metas):
+            if meta.batch_size != sub_batch:
+                raise ValueError(
+                    f"sub-env batch sizes differ: worker 0 has {tuple(sub_batch)}, "
+                    f"worker {i} has {tuple(meta.batch_size)}"
+                )
+        if device is None:
+            devices = {meta.device for meta in metas}
+            if len(devices) > 1:
+                raise ValueError(
+                    f"sub-envs live on different devices {sorted(map(str, devices))}; "
+                    "pass device= to choose the batched env's device"
+                )
+            device = metas[0].device
+        super().__init__(device=device, batch_size=torch.Size([num_workers, *sub_batch]))
+        self.num_workers = num_workers
+        self.create_env_fn = fns
+        self.create_env_kwargs = kwargs
+        self.pin_memory = pin_memory
+        self.shared_memory = shared_memory
+        self.policy_proxy = policy_proxy
+        self.num_threads = num_threads
+        self.num_sub_threads = num_sub_threads
+        self.serial_for_single = serial_for_single
+        self.non_blocking = non_blocking
+        self.meta_data = metas
+        homogeneous = self._set_specs(metas) and not share_individual_td
+        self.share_individual_td = not homogeneous
+        per_worker = [_shared.region_specs(m.output_spec, m.input_spec) for m in metas]
+        dynamic = any(_shared.is_dynamic(specs) for specs in per_worker)
+        if use_buffers is None:
+            use_buffers = not dynamic
+        elif use_buffers and dynamic:
+            raise ValueError(
+                "use_buffers=True is impossible: the sub-env specs have dynamic (-1) dims"
+            )
+        if not use_buffers:
+            warnings.warn(DYNAMIC_WARNING.format(cls=type(self).__name__), stacklevel=2)
+        self._use_buffers = use_buffers
+        self._layout = (
+            _shared.plan_layout(per_worker, homogeneous, sub_batch) if use_buffers else None
+        )
+        self._input_keys = [key for key, _, _ in per_worker[0]["input"]]
+        self._state_keys = [key for key, _, optional in per_worker[0]["input"] if optional]
+        self._arena: torch.Tensor | None = None
+        self._views: dict | None = None
+        self._missing: dict[str, list] = {"root": [], "next": []}
+        self._extras: dict[str, list] = {"root": [None] * num_workers, "next": [None] * num_workers}
+        self._last: dict[str, list] = {"root": [None] * num_workers, "next": [None] * num_workers}
+        self.is_closed = True
+        self.__dict__["_ready"] = True
+
+    # ---------------------------------------------------------------- set-up
+    def _collect_metadata(self, fns: list, kwargs: list) -> list[EnvMetaData]:
+        metas: list[EnvMetaData] = []
+        known: list[tuple[Any, dict, EnvMetaData]] = []
+        for fn, kw in zip(fns, kwargs):
+            meta = next((m for f, k, m in known if f is fn and k == kw), None)
+            if meta is None:
+                meta = get_env_metadata(fn, kw)
+                known.append((fn, kw, meta))
+            metas.append(meta)
+        return metas
+
+    def _set_specs(self, metas: list[EnvMetaData]) -> bool:
+        """Stack the sub-env specs; return whether they are all identical."""
+        first = metas[0]
+        if all(m is first for m in metas):
+            specs, homogeneous = first.specs.expand(self.num_workers, *first.batch_size), True
+        else:
+            specs, homogeneous = stack_env_specs([m.specs for m in metas])
+        self.output_spec = specs["output_spec"]
+        self.input_spec = specs["input_spec"]
+        return homogeneous
+
+    def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
+        """Update the keyword arguments of the env constructors (one dict, or one per worker).
+
+        The new arguments are used the next time the sub-envs are built (after
+        :meth:`close`, or at the first :meth:`start`).
+        """
+        updates = _as_list(kwargs, self.num_workers, "update_kwargs", dict)
+        for current, update in zip(self.create_env_kwargs, updates):
+            current.update(update)
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Build the sub-envs (start the workers); a no-op when already started."""
+        if not self.is_closed:
+            return
+        if self._use_buffers and self._arena is None:
+            self._arena = _shared.allocate(self._layout, self.shared_memory)
+            cpu = self.device if self.device is not None and self.device.type == "cpu" else None
+            self._views = _shared.parent_views(self._arena, self._layout, cpu)
+            self._input_views = self._views["input"]
+            self._input_pairs = list(self._input_views[0].items(True, True))
+            self.__dict__["_fast_inputs"] = not self.non_blocking
+        self._start()
+        self.is_closed = False
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the sub-envs and stop the workers. Closing twice is a no-op."""
+        if self.__dict__.get("is_closed", True):
+            return
+        self.is_closed = True
+        self._shutdown()
+
+    def __enter__(self) -> BatchedEnvBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _ensure_started(self) -> None:
+        if self.is_closed:
+            self.start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+    def _run(
+        self,
+        command: str,
+        payload: Any = None,
+        workers: list[int] | None = None,
+        payloads: list | None = None,
+    ) -> list:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------- data path
+    def _write_inputs(
+        self, tensordict: TensorDictBase, workers: list[int], required: bool = True
+    ) -> list | None:
+        """Copy actions (and state entries) into the input buffers; return per-worker payloads."""
+        if not self._use_buffers:
+            keys = [k for k in self._input_keys if tensordict.get(k, None) is not None]
+            return [tensordict[w].select(*keys).to("cpu") for w in workers]
+        views = self._input_views
+        if len(views) == 1:
+            pairs = self._input_pairs
+            values = [tensordict.get(key, None) for key, _ in pairs]
+            if (
+                required
+                and self.__dict__["_fast_inputs"]
+                and all(v is not None and v.shape == b.shape for v, (_, b) in zip(values, pairs))
+            ):
+                torch._foreach_copy_([b for _, b in pairs], values)
+            else:
+                for (key, buffer), value in zip(pairs, values):
+                    self._copy_in(key, buffer, value, required)
+        else:
+            for w in workers:
+                sub = tensordict[w]
+                for key, value in views[w].items(True, True):
+                    self._copy_in(key, value, sub.get(key, None), required)
+        pipe = self._layout.pipe_keys[0]["input"]
+        if not pipe:
+            return None
+        out = []
+        for w in workers:
+            values = {}
+            for key in pipe:
+                value = tensordict[w].get(key, None)
+                values[key] = getattr(value, "data", value)
+            out.append(values)
+        return out
+
+    def _copy_in(
+        self, key: Any, buffer: torch.Tensor, value: torch.Tensor | None, required: bool
+    ) -> None:
+        if value is None:
+            if not required or key in self._state_keys:
+                return
+            raise KeyError(
+                f"{type(self).__name__}.step: the input has no entry for the key {key!r}"
+            )
+        try:
+            buffer.copy_(value, non_blocking=self.non_blocking)
+        except RuntimeError as err:
+            raise ValueError(
+                f"action spec mismatch at key {key!r}: expected shape {tuple(buffer.shape)}, "
+                f"got {tuple(value.shape)}"
+            ) from err
+
+    def _read(self, region: str, replies: list, workers: list[int]) -> TensorDictBase:
+        """Build the output of a reset (``"root"``) or a step (``"next"``) from the workers."""
+        if not self._use_buffers:
+            last = self._last[region]
+            for w, reply in zip(workers, replies):
+                last[w] = reply
+            for w in range(self.num_workers):
+                if last[w] is None:
+                    raise RuntimeError(f"no {region} data was received yet from worker {w}")
+            out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
+            return self._to_device(out)
+        missing = self._missing[region]
+        extras = self._extras[region]
+        has_extra = False
+        for w, reply in zip(workers, replies):
+            if reply is not None:
+                absent, extra = reply
+                for key in absent:
+                    if key not in missing:
+                        missing.append(key)
+                extras[w] = extra
+                has_extra = has_extra or extra is not None
+        out = _shared.read_region(self._views[region], missing)
+        if has_extra or extras[0] is not None:
+            for key in extras[0] or {}:
+                values = [extra.get(key) if extra else None for extra in extras]
+                out.set(key, NonTensorStack.from_list(values))
+        return self._to_device(out)
+
+    def _to_device(self, out: TensorDictBase) -> TensorDictBase:
+        device = self.device
+        if device is None or device.type == "cpu":
+            return out
+        if self.pin_memory and torch.cuda.is_available():
+            out = out.pin_memory()
+        return out.to(device, non_blocking=self.non_blocking)
+
+    # --------------------------------------------------------- step / reset
+    def _worker_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        return mask.reshape(self.num_workers, -1).any(-1)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._ensure_started()
+        mask = tensordict.get("_step", None)
+        workers = list(range(self.num_workers))
+        sub_masks = None
+        if mask is not None:
+            per_worker = mask.reshape(self.num_workers, -1)
+            workers = per_worker.any(-1).nonzero().squeeze(-1).tolist()
+            if self.batch_size[1:] and not bool(per_worker[workers].all()):
+                sub_masks = [mask[w].reshape(self.batch_size[1:]) for w in workers]
+        inputs = self._write_inputs(tensordict, workers)
+        payloads = None
+        if inputs is not None or sub_masks is not None:
+            payloads = [
+                (inputs[i] if inputs else None, sub_masks[i] if sub_masks else None)
+                for i in range(len(workers))
+            ]
+        if self.__dict__.get("_fuse_reset") and payloads is None and mask is None:
+            replies = self._run("step_reset", None, workers)
+            resets = [(w, r[1]) for w, r in zip(workers, replies) if r is not None and r[2]]
+            self.__dict__["_fused_resets"] = resets
+            replies = [None if r is None else r[0] for r in replies]
+        else:
+            replies = self._run("step", None, workers, payloads) if workers else []
+        out = self._read("next", replies, workers)
+        if len(workers) < self.num_workers:
+            skipped = sorted(set(range(self.num_workers)) - set(workers))
+            self._fill_skipped(out, tensordict, skipped)
+        return out
+
+    def _can_fuse(self, tensordict: TensorDictBase) -> bool:
+        return (
+            self._use_buffers
+            and not self.share_individual_td
+            and not self.batch_size[1:]
+            and not self.auto_reset
+            and self.reset_keys == ["_reset"]
+            and "done" in self.done_keys
+            and not self._layout.pipe_keys[0]["input"]
+            and tensordict.get("_step", None) is None
+        )
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then reset the sub-envs that are done, in one round trip to the workers.
+
+        Same result as stepping, moving ``"next"`` to the root and resetting the
+        done sub-envs (see :meth:`EnvBase.step_and_maybe_reset`); each worker resets
+        its env right after the step when the env's ``"done"`` is set.
+        """
+        if not self._can_fuse(tensordict):
+            return super().step_and_maybe_reset(tensordict)
+        self.__dict__["_fuse_reset"] = True
+        self.__dict__["_fused_resets"] = []
+        try:
+            tensordict = self.step(tensordict)
+        finally:
+            self.__dict__["_fuse_reset"] = False
+        tensordict_ = merge_next(tensordict, self._cache.mdp_excluded, True)
+        resets = self.__dict__.pop("_fused_resets", [])
+        if resets:
+            workers = [w for w, _ in resets]
+            root = self._read("root", [r for _, r in resets], workers)
+            index = torch.tensor(workers)
+            for key, value in root.items(True, True):
+                current = tensordict_.get(key, None)
+                if isinstance(current, torch.Tensor) and current.shape == value.shape:
+                    value_ = current.clone()
+                    value_[index] = value[index]
+                    tensordict_.set(key, value_)
+                else:
+                    tensordict_.set(key, value)
+        return tensordict, tensordict_
+
+    def _fill_skipped(self, out: TensorDictBase, tensordict: TensorDictBase, skipped: list) -> None:
+        """Non-stepped sub-envs keep the input's values (zeros where the input has none)."""
+        for w in skipped:
+            target = out[w]
+            source = tensordict[w]
+            for key, value in target.items(True, True):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                previous = source.get(key, None)
+                if isinstance(previous, torch.Tensor) and previous.shape == value.shape:
+                    value.copy_(previous)
+                else:
+                    value.zero_()
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        self._ensure_started()
+        workers = list(range(self.num_workers))
+        entries: list = [None] * self.num_workers
+        use_state = False
+        if tensordict is not None:
+            masks = [(key, tensordict.get(key, None)) for key in self.reset_keys]
+            masks = [(key, m) for key, m in masks if m is not None]
+            if masks:
+                need = torch.zeros(self.num_workers, dtype=torch.bool)
+                for _, mask in masks:
+                    need |= self._worker_mask(mask).cpu()
+                workers = need.nonzero().squeeze(-1).tolist()
+                for w in workers:
+                    if not all(bool(mask[w].all()) for _, mask in masks):
+                        entries[w] = tensordict[w].select(*[key for key, _ in masks]).to("cpu")
+            present = [k for k in self._state_keys if tensordict.get(k, None) is not None]
+            if present and self._use_buffers:
+                self._write_inputs(tensordict.select(*present), workers, required=False)
+                use_state = True
+            elif present:
+                for w in workers:
+                    state = tensordict[w].select(*present).to("cpu")
+                    entries[w] = state if entries[w] is None else entries[w].update(state)
+        if not workers:
+            return self._read("root", [], [])
+        if kwargs or use_state or any(entries[w] is not None for w in workers):
+            payloads = [(kwargs, entries[w], use_state) for w in workers]
+        else:
+            payloads = None
+        replies = self._run("reset", None, workers, payloads)
+        return self._read("root", replies, workers)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.set_seed(seed)
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seed the sub-envs one after the other, each with the seed the previous one returned.
+
+        Returns the seed following the last sub-env's, so equal seeds give equal data
+        whatever the batched env class.
+        """
+        self._ensure_started()
+        for w in range(self.num_workers):
+            seed = self._run("seed", (seed, static_seed), [w])[0]
+        return seed
+
+    # ---------------------------------------------------------- attributes
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or not self.__dict__.get("_ready", False):
+                raise
+        self._ensure_started()
+        values = self._run("getattr", name)
+        if all(isinstance(v, str) and v == CALLABLE for v in values):
+            return _RemoteMethod(self, name)
+        return values
+
+    def __repr__(self) -> str:
+        body = super().__repr__().split("(", 1)[1]
+        return f"{type(self).__name__}(\n    num_workers={self.num_workers}, {body.lstrip()}"

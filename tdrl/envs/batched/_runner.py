@@ -1,0 +1,220 @@
+"""EnvRunner: one sub-env of a batched env and the buffers it reads and writes.
+
+SerialEnv holds one runner per sub-env in its own process; ParallelEnv's
+worker function holds one runner and maps pipe commands to its methods. The
+runner's methods return the (small, picklable) reply payload of each command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdrl.data import Composite
+from tdrl.envs._keys import leaf_keys
+from tdrl.envs.batched import _shared
+
+SPEC_DISAGREES = (
+    "sub-env {worker} does not match the specs the batched env was built from, at key {key!r}: "
+    "expected {expected}, got {got}"
+)
+
+#: The reply of ``getattr`` when the attribute is a method (called through ``call``).
+CALLABLE = "<callable>"
+
+
+def _describe(spec: Any) -> str:
+    return f"{type(spec).__name__} of shape {tuple(spec.shape)} and dtype {spec.dtype}"
+
+
+def check_specs_agree(worker: int, expected: Composite, got: Composite, prefix: tuple) -> None:
+    """Raise ``ValueError`` naming the first key where ``got`` differs from ``expected``."""
+    expected_keys = leaf_keys(expected)
+    got_keys = leaf_keys(got)
+    for key in expected_keys:
+        full = (*prefix, *(key if isinstance(key, tuple) else (key,)))
+        if key not in got_keys:
+            raise ValueError(
+                SPEC_DISAGREES.format(worker=worker, key=full, expected="an entry", got="none")
+            )
+        want, have = expected[key], got[key]
+        if (
+            type(want) is not type(have)
+            or tuple(want.shape) != tuple(have.shape)
+            or want.dtype != have.dtype
+        ):
+            raise ValueError(
+                SPEC_DISAGREES.format(
+                    worker=worker, key=full, expected=_describe(want), got=_describe(have)
+                )
+            )
+    for key in got_keys:
+        if key not in expected_keys:
+            full = (*prefix, *(key if isinstance(key, tuple) else (key,)))
+            raise ValueError(
+                SPEC_DISAGREES.format(
+                    worker=worker, key=full, expected="no entry", got=_describe(got[key])
+                )
+            )
+
+
+class EnvRunner:
+    """Builds one sub-env and runs the batched-env commands on it.
+
+    Args:
+        worker: the index of the sub-env in the batch.
+        env_fn: builds the env.
+        env_kwargs: keyword arguments of ``env_fn``.
+        arena: the buffer arena, or None when data goes through the replies.
+        layout: the buffer layout (None with ``arena``).
+        expected_specs: the ``(output_spec, input_spec)`` the buffers were built from.
+        device: the device the env is moved to, if any.
+    """
+
+    def __init__(
+        self,
+        worker: int,
+        env_fn: Callable[..., Any],
+        env_kwargs: dict,
+        arena: torch.Tensor | None,
+        layout: _shared.BufferLayout | None,
+        expected_specs: tuple[Composite, Composite] | None,
+        device: torch.device | None = None,
+    ) -> None:
+        self.worker = worker
+        env = env_fn(**env_kwargs)
+        if device is not None and env.device != device:
+            env = env.to(device)
+        self.env = env
+        if expected_specs is not None:
+            check_specs_agree(
+                worker, expected_specs[0], env.output_spec.to("cpu"), ("output_spec",)
+            )
+            check_specs_agree(worker, expected_specs[1], env.input_spec.to("cpu"), ("input_spec",))
+        self.batch_size = env.batch_size
+        self.writer = None
+        self.done_flags = None
+        self.input_td = None
+        self.input_pipe_keys: list = []
+        if arena is not None and layout is not None:
+            views = _shared.worker_views(arena, layout, worker)
+            self.writer = _shared.BufferWriter(views, layout.pipe_keys[worker], worker)
+            done_view = next((t for key, t, _ in views["next"] if key == "done"), None)
+            # a numpy view of the same memory: checking it is cheaper than a torch op
+            self.done_flags = done_view.numpy() if done_view is not None else None
+            self.input_td = TensorDict({}, batch_size=self.batch_size)
+            for key, tensor, _ in views["input"]:
+                self.input_td.set(key, tensor)
+            self.state_keys = [key for key, _, optional in views["input"] if optional]
+            self.input_pipe_keys = layout.pipe_keys[worker]["input"]
+        env_device = env.device
+        self.to_cpu = env_device is not None and env_device.type != "cpu"
+        self.input_device = env_device
+        self.fast_step = (
+            self.input_td is not None
+            and not self.to_cpu
+            and not self.input_pipe_keys
+            and not getattr(env, "run_type_checks", False)
+            and hasattr(env, "_finish_step")
+        )
+        self.flat_input = None
+        if self.input_td is not None and all(
+            isinstance(key, str) for key in self.input_td.keys(True, True)
+        ):
+            self.flat_input = list(self.input_td.items())
+
+    # ------------------------------------------------------------------ commands
+    def _input(self, data: Any) -> TensorDictBase:
+        """The env input of a step: buffer views, or the tensordict sent with the command."""
+        if self.input_td is None:
+            return data
+        td = self.input_td.copy()
+        if data:
+            for key, value in data.items():
+                td.set_non_tensor(key, value)
+        if self.to_cpu:
+            td = td.to(self.env.device)
+        return td
+
+    def _output(self, region: str, data: TensorDictBase) -> Any:
+        if self.writer is None:
+            return data.to("cpu") if self.to_cpu else data
+        missing, extra = self.writer.write(region, data)
+        if missing or extra:
+            return (missing, extra)
+        return None
+
+    def step(self, payload: Any) -> Any:
+        """Step the env; ``payload`` is ``(inputs, sub_mask)`` or None."""
+        env = self.env
+        if payload is None and self.fast_step:
+            # The protocol of EnvBase.step without its input checks and "next" bookkeeping.
+            td = self._fresh_input()
+            return self._output("next", env._finish_step(td, env._step(td)))
+        inputs, sub_mask = payload if payload is not None else (None, None)
+        td = self._input(inputs)
+        if sub_mask is not None:
+            td.set("_step", sub_mask)
+        td = env.step(td)
+        return self._output("next", td.get("next"))
+
+    def step_and_maybe_reset(self, payload: Any) -> Any:
+        """Step, then reset the env if its root ``"done"`` is set (one round trip).
+
+        Returns None (no reset, nothing to report) or ``(step_reply, reset_reply, reset)``.
+        """
+        step_reply = self.step(payload)
+        if self.done_flags is not None and self.done_flags.any():
+            return (step_reply, self.reset(None), True)
+        return None if step_reply is None else (step_reply, None, False)
+
+    def _fresh_input(self) -> TensorDictBase:
+        """A new tensordict over the input buffer views (so the env may add entries)."""
+        if self.flat_input is not None:
+            return TensorDict._new_unsafe(
+                dict(self.flat_input), batch_size=self.batch_size, device=self.input_device
+            )
+        return self.input_td.copy()
+
+    def reset(self, payload: Any) -> Any:
+        """Reset the env; ``payload`` is ``(kwargs, reset_entries, use_state)`` or None."""
+        kwargs, entries, use_state = payload if payload is not None else ({}, None, False)
+        td = None
+        if entries is not None or use_state:
+            td = TensorDict({}, batch_size=self.batch_size, device=self.env.device)
+            if use_state and self.input_td is not None:
+                for key in self.state_keys:
+                    td.set(key, self.input_td.get(key).clone())
+            if entries is not None:
+                td.update(entries)
+        out = self.env.reset(td, **kwargs)
+        return self._output("root", out)
+
+    def seed(self, payload: tuple) -> Any:
+        """Seed the env; return the next seed."""
+        seed, static_seed = payload
+        return self.env.set_seed(seed, static_seed=static_seed)
+
+    def get_attribute(self, name: str) -> Any:
+        """An attribute of the env (:data:`CALLABLE` for methods)."""
+        value = getattr(self.env, name)
+        if callable(value) and not isinstance(value, (torch.Tensor, TensorDictBase)):
+            return CALLABLE
+        return value
+
+    def set_attribute(self, payload: tuple) -> None:
+        """Set an attribute of the env."""
+        name, value = payload
+        setattr(self.env, name, value)
+
+    def call(self, payload: tuple) -> Any:
+        """Call a method of the env."""
+        name, args, kwargs = payload
+        return getattr(self.env, name)(*args, **kwargs)
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()

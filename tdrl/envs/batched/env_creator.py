@@ -1,0 +1,115 @@
+"""EnvCreator: a picklable env constructor that knows the env's metadata in advance."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from tdrl.envs.metadata import EnvMetaData
+
+__all__ = ["EnvCreator", "env_creator", "get_env_metadata"]
+
+
+def get_env_metadata(
+    create_env_fn: Callable[..., Any], create_env_kwargs: dict | None = None
+) -> EnvMetaData:
+    """Build an env, read its :class:`EnvMetaData` and close it.
+
+    An :class:`EnvCreator` called without extra keyword arguments answers from
+    the metadata it already holds, without building an env.
+    """
+    kwargs = create_env_kwargs or {}
+    if isinstance(create_env_fn, EnvCreator) and not kwargs:
+        return create_env_fn.meta_data
+    env = create_env_fn(**kwargs)
+    try:
+        return EnvMetaData.metadata_from_env(env)
+    finally:
+        env.close()
+
+
+class EnvCreator:
+    """Wraps an env constructor; builds one env at creation to read its metadata.
+
+    Batched envs read the specs of an ``EnvCreator`` from its
+    :attr:`meta_data` instead of building a throwaway env, and pass them to their
+    workers. An ``EnvCreator`` pickles with cloudpickle, so lambdas and local
+    functions can be sent to worker processes.
+
+    Args:
+        create_env_fn: a callable returning an env.
+        create_env_kwargs: keyword arguments passed to ``create_env_fn``.
+        share_memory: kept for API compatibility (env parameters are not shared).
+        **kwargs: merged into ``create_env_kwargs``.
+
+    Examples:
+        >>> import pickle
+        >>> from tdrl.envs import PendulumEnv
+        >>> creator = EnvCreator(lambda: PendulumEnv())
+        >>> creator.meta_data.batch_size
+        torch.Size([])
+        >>> env = pickle.loads(pickle.dumps(creator))()
+        >>> env.observation_spec["th"].shape
+        torch.Size([])
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable[..., Any],
+        create_env_kwargs: dict | None = None,
+        share_memory: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if not callable(create_env_fn):
+            raise TypeError(
+                f"EnvCreator create_env_fn: expected a callable, got {type(create_env_fn).__name__}"
+            )
+        if create_env_kwargs is not None and not isinstance(create_env_kwargs, dict):
+            raise TypeError(
+                "EnvCreator create_env_kwargs: expected a dict, "
+                f"got {type(create_env_kwargs).__name__}"
+            )
+        self.create_env_fn = create_env_fn
+        self.create_env_kwargs = {**(create_env_kwargs or {}), **kwargs}
+        self.share_memory = share_memory
+        self._meta_data = get_env_metadata(create_env_fn, self.create_env_kwargs)
+
+    @property
+    def meta_data(self) -> EnvMetaData:
+        """The metadata (specs, batch size, device, batch lock) of the env this creator builds."""
+        return self._meta_data
+
+    def __call__(self, **kwargs: Any) -> Any:
+        """Build an env; ``kwargs`` override the stored keyword arguments."""
+        return self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+
+    def __getstate__(self) -> dict:
+        return {
+            "create_env_fn": cloudpickle.dumps(self.create_env_fn),
+            "create_env_kwargs": self.create_env_kwargs,
+            "share_memory": self.share_memory,
+            "meta_data": self._meta_data,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.create_env_fn = cloudpickle.loads(state["create_env_fn"])
+        self.create_env_kwargs = state["create_env_kwargs"]
+        self.share_memory = state["share_memory"]
+        self._meta_data = state["meta_data"]
+
+    def __repr__(self) -> str:
+        name = getattr(self.create_env_fn, "__name__", type(self.create_env_fn).__name__)
+        return f"EnvCreator({name}, create_env_kwargs={self.create_env_kwargs})"
+
+
+def env_creator(fn: Callable[..., Any]) -> EnvCreator:
+    """Shorthand for ``EnvCreator(fn)``.
+
+    Examples:
+        >>> from tdrl.envs import PendulumEnv
+        >>> env_creator(PendulumEnv).meta_data.batch_locked
+        False
+    """
+    return EnvCreator(fn)

@@ -1,0 +1,295 @@
+"""ParallelEnv: one sub-env per worker process, data exchanged through shared memory."""
+
+from __future__ import annotations
+
+import pickle
+import select
+import signal
+import time
+import weakref
+from typing import Any
+
+import cloudpickle
+
+import tdrl
+from tdrl.envs.batched import _start, _worker
+from tdrl.envs.batched._base import BatchedEnvBase
+from tdrl.envs.batched.serial import SerialEnv
+
+__all__ = ["ParallelEnv"]
+
+#: How often (seconds) a waiting parent checks that silent workers are still alive.
+_LIVENESS_PERIOD = 1.0
+#: How long close() waits for workers to exit before terminating them.
+_CLOSE_TIMEOUT = 1.0
+
+_OK_REPLY = ("ok", None)
+
+WORKER_DIED = (
+    "worker {worker} of {cls} (pid {pid}) died while running {command!r}: {how}; "
+    "close the env and build a new one"
+)
+WORKER_FAILED = "worker {worker} of {cls} failed while running {command!r}: {message}"
+
+
+def _exit_description(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "its pipe was closed"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+def _stop_workers(processes: list, connections: list) -> None:
+    """Ask the workers to close, then terminate those that linger (used by close and at exit)."""
+    for conn in connections:
+        try:
+            conn.send_bytes(_worker.CLOSE)
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + _CLOSE_TIMEOUT
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+            process.join(0.5)
+        if process.is_alive():
+            process.kill()
+            process.join(0.5)
+    for conn in connections:
+        conn.close()
+
+
+class ParallelEnv(BatchedEnvBase):
+    """Runs each of ``num_workers`` sub-envs in its own process, as one batched env.
+
+    The buffers are built once from the sub-env specs in one shared-memory
+    segment: the parent writes the actions there, sends each worker a
+    one-message command through a pipe, the workers step and write their
+    outputs in place, and the parent returns a copy. Workers are started
+    together (lazily, at the first use, or with :meth:`start`), with the fastest
+    safe start method (``fork`` when safe, else a fork server preloaded with
+    torch, tensordict and tdrl); the program's global start method is never
+    changed. A worker whose env raises makes the parent raise with the worker's
+    traceback; a worker that dies is reported at the next command. See
+    :class:`BatchedEnvBase` for the arguments; warnings are silenced in the
+    workers unless ``tdrl.filter_warnings_subprocess`` is False.
+
+    Examples:
+        >>> from tdrl.envs import GymEnv, ParallelEnv
+        >>> with ParallelEnv(2, lambda: GymEnv("CartPole-v1")) as env:
+        ...     _ = env.set_seed(0)
+        ...     data = env.rollout(5, break_when_any_done=False)
+        >>> data.batch_size
+        torch.Size([2, 5])
+    """
+
+    def __new__(cls, num_workers: int = 1, *args: Any, **kwargs: Any) -> Any:
+        """Build a SerialEnv instead when ``serial_for_single`` and one worker."""
+        if num_workers == 1 and kwargs.get("serial_for_single", False):
+            kwargs = {k: v for k, v in kwargs.items() if k != "mp_start_method"}
+            return SerialEnv(num_workers, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, mp_start_method: str | None = None, **kwargs: Any) -> None:
+        self.__dict__["_mp_start_method"] = _start.validate_start_method(mp_start_method)
+        super().__init__(*args, mp_start_method=mp_start_method, **kwargs)
+        self._processes: list = []
+        self._connections: list = []
+        self._broken: str | None = None
+        self._finalizer = None
+
+    @property
+    def mp_start_method(self) -> str | None:
+        """The start method given at construction (None: chosen when the workers start)."""
+        return self._mp_start_method
+
+    # ------------------------------------------------------------- lifecycle
+    def _start(self) -> None:
+        if self.num_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.num_threads)
+        context = _start.get_context(self._mp_start_method)
+        options = {
+            "filter_warnings": tdrl.filter_warnings_subprocess,
+            "num_threads": self.num_sub_threads,
+        }
+        processes: list = []
+        connections: list = []
+        self._processes, self._connections = processes, connections
+        self._finalizer = weakref.finalize(self, _stop_workers, processes, connections)
+        try:
+            with _start.global_start_method_preserved():
+                self._launch(context, options, processes, connections)
+            self._poller = select.poll()
+            self._fd_worker: dict[int, int] = {}
+            for w, conn in enumerate(connections):
+                self._poller.register(conn.fileno(), select.POLLIN)
+                self._fd_worker[conn.fileno()] = w
+            self._broken = None
+            self.__dict__["_stale"] = None
+            self._collect(list(range(self.num_workers)), "start")
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _launch(self, context: Any, options: dict, processes: list, connections: list) -> None:
+        """Start every worker (they build their envs concurrently)."""
+        fork = context.get_start_method() == "fork"
+        for w in range(self.num_workers):
+            fn = self.create_env_fn[w]
+            # Under fork the constructor is inherited as is; otherwise it must be pickled.
+            fn_arg = fn if fork else cloudpickle.dumps(fn)
+            meta = self.meta_data[w]
+            parent_conn, child_conn = context.Pipe()
+            process = context.Process(
+                target=_worker.worker_main,
+                args=(
+                    w,
+                    child_conn,
+                    fn_arg,
+                    self.create_env_kwargs[w],
+                    self._arena,
+                    self._layout,
+                    (meta.output_spec, meta.input_spec),
+                    options,
+                    # A forked child inherits the parent's ends of its own pipe and of the
+                    # earlier workers' pipes; it closes them so that it sees the parent die.
+                    [parent_conn, *connections] if fork else [],
+                ),
+                daemon=True,
+                name=f"{type(self).__name__}-worker-{w}",
+            )
+            process.start()
+            # Close our copy of the child's end now, before the next fork, so that a
+            # worker's death closes its pipe and the parent sees it at once.
+            child_conn.close()
+            processes.append(process)
+            connections.append(parent_conn)
+
+    def _shutdown(self) -> None:
+        finalizer = self.__dict__.get("_finalizer")
+        if finalizer is not None:
+            finalizer()
+        self._processes, self._connections = [], []
+        self._finalizer = None
+
+    # -------------------------------------------------------------- commands
+    def _run(
+        self,
+        command: str,
+        payload: Any = None,
+        workers: list[int] | None = None,
+        payloads: list | None = None,
+    ) -> list:
+        if self._broken is not None:
+            raise RuntimeError(self._broken)
+        stale = self.__dict__.get("_stale")
+        if stale:
+            # replies of a command whose wait was interrupted (Ctrl-C): read and drop them
+            self.__dict__["_stale"] = None
+            try:
+                self._collect(sorted(stale), "an interrupted command")
+            except (RuntimeError, ValueError, TypeError) as err:
+                if self._broken is not None:
+                    raise RuntimeError(self._broken) from err
+        if workers is None:
+            workers = list(range(self.num_workers))
+        connections = self._connections
+        try:
+            if payloads is not None:
+                for w, p in zip(workers, payloads):
+                    connections[w].send_bytes(_worker.encode(command, p))
+            else:
+                if payload is None and command == "step":
+                    message = _worker.STEP
+                elif payload is None and command == "step_reset":
+                    message = _worker.STEP_RESET
+                elif payload is None and command == "reset":
+                    message = _worker.RESET
+                else:
+                    message = _worker.encode(command, payload)
+                for w in workers:
+                    connections[w].send_bytes(message)
+        except (OSError, ValueError):
+            self._check_alive(workers, command)
+            raise
+        return self._collect(workers, command)
+
+    def _collect(self, workers: list[int], command: str) -> list:
+        """Wait for the replies of ``workers``; raise on errors or dead workers."""
+        replies: dict[int, Any] = {}
+        pending = set(workers)
+        try:
+            self._wait_replies(pending, replies, command)
+        except KeyboardInterrupt:
+            self.__dict__["_stale"] = set(pending)
+            raise
+        results = []
+        error = None
+        for w in workers:
+            status, value = replies[w]
+            if status == "error" and error is None:
+                error = (w, value)
+            results.append(value)
+        if error is not None:
+            self._raise_worker_error(error[0], error[1], command)
+        return results
+
+    def _wait_replies(self, pending: set, replies: dict, command: str) -> None:
+        connections = self._connections
+        poll = self._poller.poll
+        fd_worker = self._fd_worker
+        while pending:
+            events = poll(_LIVENESS_PERIOD * 1000)
+            if not events:
+                self._check_alive(pending, command)
+                continue
+            for fd, _ in events:
+                w = fd_worker[fd]
+                if w not in pending:
+                    continue
+                try:
+                    raw = connections[w].recv_bytes()
+                except (EOFError, OSError):
+                    self._dead(w, command)
+                replies[w] = _OK_REPLY if raw == _worker.OK else pickle.loads(raw)
+                pending.discard(w)
+
+    def _check_alive(self, workers: Any, command: str) -> None:
+        for w in workers:
+            if not self._processes[w].is_alive():
+                self._dead(w, command)
+
+    def _dead(self, w: int, command: str) -> None:
+        process = self._processes[w]
+        process.join(0.5)
+        self._broken = WORKER_DIED.format(
+            worker=w,
+            cls=type(self).__name__,
+            pid=process.pid,
+            command=command,
+            how=_exit_description(process.exitcode),
+        )
+        raise RuntimeError(self._broken)
+
+    def _raise_worker_error(self, w: int, value: tuple, command: str) -> None:
+        kind, message, text = value
+        full = WORKER_FAILED.format(
+            worker=w, cls=type(self).__name__, command=command, message=message
+        )
+        full = f"{full}\n\nTraceback in the worker:\n{text}"
+        error: BaseException
+        try:
+            error = kind(full) if isinstance(kind, type) and issubclass(kind, Exception) else None
+        except Exception:  # noqa: BLE001 - exception classes with other signatures
+            error = None
+        if error is None:
+            error = RuntimeError(full)
+        raise error

@@ -1,0 +1,116 @@
+"""Small envs for the batched-env tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
+from tdrl.envs import EnvBase
+from tests.mocks import CountingEnv
+
+
+class SizedEnv(CountingEnv):
+    """A counting env whose observation has ``size`` entries (heterogeneous batches)."""
+
+    def __init__(self, size: int = 4, max_steps: int = 5, batch_size=()):
+        super().__init__(max_steps=max_steps, batch_size=batch_size)
+        self.size = size
+        self.observation_spec = Composite(
+            observation=Unbounded((*self.batch_size, size)), shape=self.batch_size
+        )
+        self._ones = torch.ones((*self.batch_size, size))
+
+    def describe(self, suffix: str = "") -> str:
+        return f"size={self.size}{suffix}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def warn_count(self) -> int:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.warn("a warning from the sub-env", UserWarning, stacklevel=1)
+        return len(caught)
+
+
+class FailingEnv(CountingEnv):
+    """Raises ``ValueError`` in ``_step`` after ``fail_after`` steps (or at construction)."""
+
+    def __init__(self, fail_after: int = 0, fail_at_init: bool = False):
+        if fail_at_init:
+            raise ValueError("cannot build this env: boom at construction")
+        super().__init__(max_steps=100)
+        self.fail_after = fail_after
+        self.steps = 0
+
+    def _step(self, tensordict):
+        self.steps += 1
+        if self.steps > self.fail_after:
+            raise ValueError(f"boom at step {self.steps}")
+        return super()._step(tensordict)
+
+
+class MisspecifiedEnv(CountingEnv):
+    """Declares a 3-float observation but returns 4 floats."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(observation=Unbounded((3,)))
+
+
+class DriftingSpecEnv(CountingEnv):
+    """Each instance built in a new process gets a different observation size."""
+
+    def __init__(self, parent_pid: int):
+        super().__init__()
+        if os.getpid() != parent_pid:
+            self.observation_spec = Composite(observation=Unbounded((7,)))
+
+
+class TextEnv(EnvBase):
+    """An env with a non-tensor ``"text"`` observation next to a tensor one."""
+
+    def __init__(self, prefix: str = "t"):
+        super().__init__()
+        self.prefix = prefix
+        self.observation_spec = Composite(observation=Unbounded((1,)), text=NonTensor(shape=()))
+        self.action_spec = Bounded(-1.0, 1.0, (1,))
+        self.reward_spec = Unbounded((1,))
+        self.done_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.count = 0
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.count = 0
+        data = TensorDict(observation=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool))
+        data.set_non_tensor("text", f"{self.prefix}0")
+        return data
+
+    def _step(self, tensordict):
+        self.count += 1
+        data = TensorDict(
+            observation=torch.full((1,), float(self.count)),
+            reward=torch.zeros(1),
+            done=torch.zeros(1, dtype=torch.bool),
+        )
+        data.set_non_tensor("text", f"{self.prefix}{self.count}")
+        return data
+
+    def _set_seed(self, seed):
+        pass
+
+
+class SleepyEnv(CountingEnv):
+    """A counting env whose step sleeps ``delay`` seconds (a slow simulator)."""
+
+    def __init__(self, delay: float = 0.0):
+        super().__init__(max_steps=100)
+        self.delay = delay
+
+    def _step(self, tensordict):
+        import time
+
+        time.sleep(self.delay)
+        return super()._step(tensordict)

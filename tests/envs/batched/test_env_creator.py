@@ -1,0 +1,52 @@
+"""EnvCreator: metadata read once, pickling of lambdas, use by batched envs."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from tdrl.envs.batched import EnvCreator, SerialEnv, env_creator, get_env_metadata
+from tests.mocks import CountingEnv
+
+
+def test_metadata_is_read_once_at_creation():
+    built = []
+
+    def make(max_steps=5):
+        built.append(max_steps)
+        return CountingEnv(max_steps=max_steps)
+
+    creator = EnvCreator(make, {"max_steps": 3})
+    assert built == [3]
+    meta = creator.meta_data
+    assert meta.batch_size == torch.Size([])
+    assert "observation" in meta.output_spec["full_observation_spec"].keys()
+    assert get_env_metadata(creator) is meta
+    assert built == [3]
+    env = creator()
+    assert env.max_steps == 3 and built == [3, 3]
+    assert creator(max_steps=9).max_steps == 9
+
+
+def test_lambdas_pickle():
+    size = 7
+    creator = EnvCreator(lambda: CountingEnv(max_steps=size))
+    clone = pickle.loads(pickle.dumps(creator))
+    assert clone().max_steps == 7
+    assert clone.meta_data.batch_size == creator.meta_data.batch_size
+
+
+def test_batched_env_uses_the_creator_metadata():
+    creator = env_creator(lambda: CountingEnv(batch_size=(2,)))
+    with SerialEnv(3, creator) as env:
+        assert env.batch_size == (3, 2)
+        assert env.rollout(2).batch_size == (3, 2, 2)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="callable"):
+        EnvCreator(3)
+    with pytest.raises(TypeError, match="dict"):
+        EnvCreator(CountingEnv, [1])
