@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tdrl.envs.transforms.actions import ActionMask
+from tdrl.envs.transforms.checks import FiniteTensorDictCheck
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.counters import InitTracker, StepCounter, TrajCounter
 from tdrl.envs.transforms.dtypes import (
@@ -11,6 +12,8 @@ from tdrl.envs.transforms.dtypes import (
     DTypeCastTransform,
     PinMemoryTransform,
 )
+from tdrl.envs.transforms.frames import CatFrames, TimeMaxPool
+from tdrl.envs.transforms.images import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from tdrl.envs.transforms.keys import (
     CatTensors,
     ExcludeTransform,
@@ -20,6 +23,13 @@ from tdrl.envs.transforms.keys import (
     SelectTransform,
     UnaryTransform,
 )
+from tdrl.envs.transforms.kl import KLRewardTransform
+from tdrl.envs.transforms.normalization import ObservationNorm, VecNorm
+from tdrl.envs.transforms.projections import (
+    ActionDiscretizer,
+    DiscreteActionProjection,
+    gSDENoise,
+)
 from tdrl.envs.transforms.resets import (
     AutoResetTransform,
     ConditionalSkip,
@@ -28,6 +38,17 @@ from tdrl.envs.transforms.resets import (
     NoopResetEnv,
     TensorDictPrimer,
 )
+from tdrl.envs.transforms.returns import Reward2GoTransform, RewardSum, TargetReturn
+from tdrl.envs.transforms.rewards import (
+    BinarizeReward,
+    ClipTransform,
+    LineariseReward,
+    LineariseRewards,
+    RewardClipping,
+    RewardScaling,
+    SignTransform,
+)
+from tdrl.envs.transforms.sequences import BurnInTransform, RandomCropTensorDict
 from tdrl.envs.transforms.shapes import (
     BatchSizeTransform,
     FlattenObservation,
@@ -39,6 +60,19 @@ from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
 
 __all__ = [
+    "ActionDiscretizer",
+    "BurnInTransform",
+    "CatFrames",
+    "CenterCrop",
+    "Crop",
+    "DiscreteActionProjection",
+    "GrayScale",
+    "KLRewardTransform",
+    "RandomCropTensorDict",
+    "Resize",
+    "TimeMaxPool",
+    "ToTensorImage",
+    "gSDENoise",
     "ActionMask",
     "AutoResetTransform",
     "BatchSizeTransform",
@@ -69,4 +103,17 @@ __all__ = [
     "TransformedEnv",
     "UnaryTransform",
     "UnsqueezeTransform",
+    "BinarizeReward",
+    "ClipTransform",
+    "FiniteTensorDictCheck",
+    "LineariseReward",
+    "LineariseRewards",
+    "ObservationNorm",
+    "Reward2GoTransform",
+    "RewardClipping",
+    "RewardScaling",
+    "RewardSum",
+    "SignTransform",
+    "TargetReturn",
+    "VecNorm",
 ]
