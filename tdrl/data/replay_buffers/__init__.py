@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+from tdrl.data.replay_buffers.checkpointers import (
+    FlatStorageCheckpointer,
+    H5StorageCheckpointer,
+    ListStorageCheckpointer,
+    NestedStorageCheckpointer,
+    StorageCheckpointerBase,
+    StorageEnsembleCheckpointer,
+    TensorStorageCheckpointer,
+)
+from tdrl.data.replay_buffers.ensemble import (
+    ReplayBufferEnsemble,
+    SamplerEnsemble,
+    StorageEnsemble,
+    WriterEnsemble,
+)
 from tdrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -13,6 +28,11 @@ from tdrl.data.replay_buffers.samplers import (
     RandomSampler,
     Sampler,
     SamplerWithoutReplacement,
+)
+from tdrl.data.replay_buffers.slice_samplers import (
+    PrioritizedSliceSampler,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
 )
 from tdrl.data.replay_buffers.storages import (
     LazyMemmapStorage,
@@ -30,22 +50,36 @@ from tdrl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "FlatStorageCheckpointer",
+    "H5StorageCheckpointer",
     "ImmutableDatasetWriter",
     "LazyMemmapStorage",
     "LazyTensorStorage",
     "ListStorage",
+    "ListStorageCheckpointer",
+    "NestedStorageCheckpointer",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
+    "PrioritizedSliceSampler",
     "RandomSampler",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "Storage",
+    "StorageCheckpointerBase",
+    "StorageEnsemble",
+    "StorageEnsembleCheckpointer",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
+    "TensorStorageCheckpointer",
     "Writer",
+    "WriterEnsemble",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -443,6 +444,25 @@ class ReplayBuffer:
             "_rng": None if self._rng is None else self._rng.get_state(),
         }
 
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the storage, sampler and writer (not the transforms) under the folder ``path``.
+
+        Tensors are written as memory-mapped files and metadata as JSON; the folder is
+        replaced atomically (see :mod:`tdrl.data.replay_buffers.checkpointers`).
+        """
+        from tdrl.data.replay_buffers.checkpointers import dump_buffer
+
+        with self._replay_lock:
+            dump_buffer(self, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore the state saved by :meth:`dumps` (priority trees and writer state included)."""
+        from tdrl.data.replay_buffers.checkpointers import load_buffer
+
+        with self._replay_lock:
+            self._prefetch_queue.clear()
+            load_buffer(self, path)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         with self._replay_lock:
@@ -557,10 +577,20 @@ class TensorDictReplayBuffer(ReplayBuffer):
         stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
         if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
             extra = {"index": stored_index}
+            nested = []
             for key, value in info.items():
-                if key != "index":
-                    extra[key] = value
-            return storage._gather(index, extra)
+                if key == "index":
+                    continue
+                if isinstance(key, tuple):
+                    if len(key) > 1:
+                        nested.append((key, value))
+                        continue
+                    key = key[0]
+                extra[key] = value
+            data = storage._gather(index, extra)
+            for key, value in nested:
+                data.set(key, value)
+            return data
         data = self._collate_fn(storage._gather(index))
         if isinstance(data, TensorDictBase):
             data.set("index", stored_index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -69,6 +70,18 @@ class Sampler:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state, for ``torch.save``."""
         return {}
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save :meth:`state_dict` under the folder ``path`` (memory-mapped tensors + JSON)."""
+        from tdrl.data.replay_buffers.checkpoint_files import dump_state
+
+        dump_state(self, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore a state saved by :meth:`dumps`."""
+        from tdrl.data.replay_buffers.checkpoint_files import load_state
+
+        load_state(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""

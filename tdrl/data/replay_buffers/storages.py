@@ -98,16 +98,16 @@ class Storage:
         raise NotImplementedError
 
     def dumps(self, path: str | os.PathLike) -> None:
-        """Save the storage under ``path`` through its checkpointer."""
-        if self.checkpointer is None:
-            raise NotImplementedError(f"{type(self).__name__} has no checkpointer to dump with")
-        self.checkpointer.dumps(self, path)
+        """Save the storage under ``path`` through its checkpointer (the default one by type)."""
+        from tdrl.data.replay_buffers.checkpointers import default_checkpointer
+
+        default_checkpointer(self).dumps(self, path)
 
     def loads(self, path: str | os.PathLike) -> None:
-        """Load the storage from ``path`` through its checkpointer."""
-        if self.checkpointer is None:
-            raise NotImplementedError(f"{type(self).__name__} has no checkpointer to load with")
-        self.checkpointer.loads(self, path)
+        """Load the storage from ``path`` through its checkpointer (the default one by type)."""
+        from tdrl.data.replay_buffers.checkpointers import default_checkpointer
+
+        default_checkpointer(self).loads(self, path)
 
     def attach(self, buffer: Any) -> None:
         """Register an object (e.g. a sampler) that depends on this storage."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 from multiprocessing import context as _mp_context
 from typing import Any
 
@@ -86,6 +87,18 @@ class Writer:
         """Cursor and write count."""
         cursor, count = self._state.tolist()
         return {"_cursor": cursor, "_write_count": count}
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save :meth:`state_dict` under the folder ``path`` (memory-mapped tensors + JSON)."""
+        from tdrl.data.replay_buffers.checkpoint_files import dump_state
+
+        dump_state(self, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore a state saved by :meth:`dumps`."""
+        from tdrl.data.replay_buffers.checkpoint_files import load_state
+
+        load_state(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore cursor and write count."""

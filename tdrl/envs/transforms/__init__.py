@@ -30,6 +30,7 @@ from tdrl.envs.transforms.projections import (
     DiscreteActionProjection,
     gSDENoise,
 )
+from tdrl.envs.transforms.rb_transforms import MultiStepTransform
 from tdrl.envs.transforms.resets import (
     AutoResetTransform,
     ConditionalSkip,
@@ -88,6 +89,7 @@ __all__ = [
     "FrameSkipTransform",
     "Hash",
     "InitTracker",
+    "MultiStepTransform",
     "NoopResetEnv",
     "ObservationTransform",
     "PermuteTransform",

@@ -1,0 +1,280 @@
+"""Checkpoint folders: atomic writes, JSON metadata, memory-mapped tensor files, component states.
+
+The building blocks of :mod:`tdrl.data.replay_buffers.checkpointers`. A checkpoint folder
+holds a ``checkpoint.json`` naming its format and version, plus one ``.memmap`` file per
+tensor; nothing is pickled. :func:`atomic_folder` writes a folder under a temporary sibling
+name and renames it into place, so a crash mid-write keeps the previous folder loadable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from tensordict import MemoryMappedTensor
+
+__all__ = [
+    "FORMAT_VERSION",
+    "META_FILE",
+    "atomic_folder",
+    "checkpoint_folder",
+    "dtype_name",
+    "dtype_of",
+    "dump_state",
+    "load_state",
+    "load_tensor",
+    "read_metadata",
+    "save_tensor",
+    "write_json",
+    "write_marker",
+]
+
+META_FILE = "checkpoint.json"
+FORMAT_VERSION = 1
+_BACKUP_SUFFIX = ".tdrl-old"
+
+
+# -- atomic folders ------------------------------------------------------------------------------
+def _backup_path(path: str) -> str:
+    parent, name = os.path.split(path)
+    return os.path.join(parent, f".{name}{_BACKUP_SUFFIX}")
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary sibling folder of ``path`` and move it to ``path`` once the block ends.
+
+    If the block raises, the temporary folder is removed and ``path`` is untouched. An
+    existing ``path`` is first renamed to a backup name, then deleted after the swap.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, name = os.path.split(path)
+    os.makedirs(parent, exist_ok=True)
+    _remove_stale_temporaries(parent, name)
+    tmp = os.path.join(parent, f".{name}.tdrl-tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    backup = _backup_path(path)
+    if os.path.lexists(backup):
+        if os.path.isdir(path):
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            # a previous swap was interrupted: the backup is the last complete checkpoint
+            os.replace(backup, path)
+    if os.path.lexists(path):
+        os.replace(path, backup)
+    os.replace(tmp, path)
+    if os.path.lexists(backup):
+        shutil.rmtree(backup, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_temporaries(parent: str, name: str) -> None:
+    """Delete temporary folders left by writers of ``name`` that died mid-write."""
+    prefix = f".{name}.tdrl-tmp-"
+    for entry in os.listdir(parent):
+        if not entry.startswith(prefix):
+            continue
+        pid = entry[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+def checkpoint_folder(path: str | os.PathLike) -> str:
+    """The folder to read for the checkpoint ``path``: itself, or its backup after a crash.
+
+    Raises:
+        FileNotFoundError: when neither exists.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        return path
+    backup = _backup_path(path)
+    if os.path.isdir(backup):
+        return backup
+    raise FileNotFoundError(f"no checkpoint folder at {path}")
+
+
+# -- metadata and tensor files -------------------------------------------------------------------
+def write_json(folder: str, payload: dict) -> None:
+    """Write ``payload`` as the ``checkpoint.json`` of ``folder`` (flushed to disk)."""
+    with open(os.path.join(folder, META_FILE), "w") as handle:
+        json.dump(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_marker(folder: str, format_name: str, **extra: Any) -> None:
+    """Write the ``checkpoint.json`` of a folder of format ``format_name`` (written last)."""
+    write_json(folder, {"format": format_name, "version": FORMAT_VERSION, **extra})
+
+
+def read_metadata(folder: str, expected: str | tuple) -> dict:
+    """Read and check ``checkpoint.json`` of ``folder``; ``expected`` names the accepted formats.
+
+    Raises:
+        ValueError: when the file is missing, unreadable or of another format.
+    """
+    file = os.path.join(folder, META_FILE)
+    if not os.path.isfile(file):
+        raise ValueError(
+            f"{folder} is not a tdrl checkpoint: missing {META_FILE} (a foreign folder, or a "
+            "write that did not finish)"
+        )
+    try:
+        with open(file) as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"damaged checkpoint metadata {file}: {err}") from err
+    expected = (expected,) if isinstance(expected, str) else tuple(expected)
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found not in expected:
+        raise ValueError(
+            f"checkpoint format mismatch in {folder}: expected {' or '.join(expected)}, got {found!r}"
+        )
+    if meta.get("version") != FORMAT_VERSION:
+        raise ValueError(
+            f"checkpoint version mismatch in {folder}: expected {FORMAT_VERSION}, got {meta.get('version')!r}"
+        )
+    return meta
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_of(name: str, where: str) -> torch.dtype:
+    """``"float32"`` -> ``torch.float32``; a clear error names ``where`` for unknown names."""
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"damaged checkpoint: unknown dtype {name!r} for {where}")
+    return dtype
+
+
+def save_tensor(folder: str, name: str, tensor: torch.Tensor) -> dict:
+    """Write ``tensor`` as a memory-mapped file; returns its JSON description."""
+    file = f"{name}.memmap"
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    MemoryMappedTensor.from_tensor(tensor, filename=os.path.join(folder, file), existsok=True)
+    return {"file": file, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)}
+
+
+def load_tensor(folder: str, entry: dict, what: str) -> torch.Tensor:
+    """Open a tensor described by :func:`save_tensor` (memory-mapped, read from disk lazily).
+
+    Raises:
+        ValueError: when the file is missing or its size does not match the description.
+    """
+    try:
+        file = os.path.join(folder, entry["file"])
+        dtype = dtype_of(entry["dtype"], what)
+        shape = torch.Size(int(size) for size in entry["shape"])
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"damaged checkpoint metadata for {what} in {folder}: {err!r}") from err
+    if os.path.dirname(os.path.normpath(file)) != os.path.normpath(folder):
+        raise ValueError(
+            f"damaged checkpoint metadata for {what}: file {entry['file']!r} is outside {folder}"
+        )
+    if not os.path.isfile(file):
+        raise ValueError(f"damaged checkpoint: the file of {what} is missing ({file})")
+    expected = shape.numel() * dtype.itemsize
+    size = os.path.getsize(file)
+    if size != expected:
+        raise ValueError(
+            f"damaged checkpoint: the file of {what} ({file}) has {size} bytes, expected {expected} "
+            f"for shape {tuple(shape)} and dtype {dtype}"
+        )
+    if expected == 0:
+        return torch.empty(shape, dtype=dtype)
+    return MemoryMappedTensor.from_filename(file, dtype=dtype, shape=shape)
+
+
+# -- generic state dicts (samplers, writers) -----------------------------------------------------
+def _encode(value: Any, folder: str, name: str, counter: list) -> Any:
+    if isinstance(value, torch.Tensor):
+        counter[0] += 1
+        return {"__tensor__": save_tensor(folder, f"state_{counter[0]}", value)}
+    if isinstance(value, torch.dtype):
+        return {"__dtype__": dtype_name(value)}
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"cannot save the state entry {name}: key {key!r} is not a str")
+        return {
+            "__dict__": {k: _encode(v, folder, f"{name}.{k}", counter) for k, v in value.items()}
+        }
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, folder, f"{name}[{i}]", counter) for i, v in enumerate(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(
+        f"cannot save the state entry {name}: expected tensors, numbers, strings or containers of "
+        f"those, got {type(value).__name__}"
+    )
+
+
+def _decode(value: Any, folder: str, name: str) -> Any:
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            return load_tensor(folder, value["__tensor__"], name).clone()
+        if "__dtype__" in value:
+            return dtype_of(value["__dtype__"], name)
+        if "__dict__" in value:
+            return {k: _decode(v, folder, f"{name}.{k}") for k, v in value["__dict__"].items()}
+        raise ValueError(f"damaged checkpoint: unexpected entry {name} in {folder}")
+    if isinstance(value, list):
+        return [_decode(v, folder, f"{name}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def dump_state(component: Any, path: str | os.PathLike) -> None:
+    """Save ``component.state_dict()`` (a sampler or writer) under ``path``, atomically."""
+    with atomic_folder(path) as folder:
+        state = _encode(component.state_dict(), folder, type(component).__name__, [0])
+        write_json(
+            folder,
+            {
+                "format": "tdrl.state",
+                "version": FORMAT_VERSION,
+                "class": type(component).__name__,
+                "state": state,
+            },
+        )
+
+
+def load_state(component: Any, path: str | os.PathLike) -> None:
+    """Restore a state saved by :func:`dump_state` into ``component``.
+
+    Raises:
+        ValueError: when the folder is damaged, foreign, or saved from another class.
+    """
+    folder = checkpoint_folder(path)
+    meta = read_metadata(folder, "tdrl.state")
+    if meta.get("class") != type(component).__name__:
+        raise ValueError(
+            f"checkpoint class mismatch in {folder}: expected a {type(component).__name__} state, "
+            f"got {meta.get('class')!r}"
+        )
+    component.load_state_dict(_decode(meta["state"], folder, type(component).__name__))
