@@ -25,5 +25,11 @@ format: setup
 test: lint
 	$(PY) -m pytest
 
+demo: setup
+	$(PY) -m tdrl demo
+
+bench: setup
+	$(PY) -m tdrl bench
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,7 @@
+"""``python -m tdrl``: the ``tdrl`` command."""
+
+from __future__ import annotations
+
+from tdrl.cli import main
+
+raise SystemExit(main())
