@@ -52,6 +52,33 @@ def fast_get(td: TensorDictBase, key: Any) -> Any:
     return td.get(key, None)
 
 
+def keep_preset_entries(preset: Any, next_tensordict: TensorDictBase) -> None:
+    """Copy into ``next_tensordict`` the entries of ``preset`` it lacks (nested levels merged).
+
+    ``preset`` is what the input of ``step`` already held under ``"next"`` (e.g. written by a
+    policy); the env's own output wins where both have an entry.
+    """
+    if not isinstance(preset, TensorDictBase):
+        return
+    for key, value in entries(preset).items():
+        current = fast_get(next_tensordict, key)
+        if current is None:
+            next_tensordict.set(key, value)
+        elif isinstance(current, TensorDictBase) and isinstance(value, TensorDictBase):
+            keep_preset_entries(value, current)
+
+
+def fast_set(td: TensorDictBase, key: Any, value: Any) -> TensorDictBase:
+    """``td.set(key, value)`` with a shortcut for string keys of a plain TensorDict.
+
+    The shortcut skips the generic key dispatch of ``set`` but keeps its checks
+    (batch size, device, lock).
+    """
+    if type(td) is TensorDict and type(key) is str:
+        return td._set_str(key, value, inplace=False, validated=False)
+    return td.set(key, value)
+
+
 def _merge(
     root: TensorDictBase | None,
     nxt: TensorDictBase,

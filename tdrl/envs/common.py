@@ -20,6 +20,7 @@ from tdrl.envs._done import (
     complete_done_spec,
     fill_missing_done,
 )
+from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._keys import (
     DoneCompletion,
     SpecCache,
@@ -28,7 +29,7 @@ from tdrl.envs._keys import (
     leaf_keys,
     reset_key_for,
 )
-from tdrl.envs._step_mdp import excluded_set, fast_get
+from tdrl.envs._step_mdp import excluded_set, fast_get, fast_set, keep_preset_entries
 
 __all__ = ["EnvBase", "seed_generator"]
 
@@ -37,9 +38,6 @@ BATCH_MISMATCH = (
 )
 SPEC_BATCH_MISMATCH = (
     "{name} at key {key!r} has shape {got}, which does not start with the env batch size {expected}"
-)
-SINGLE_KEY_ERROR = (
-    "{name} was requested but the env has {count} {kind} keys: {keys}; use {name}s instead"
 )
 
 _OUTPUT_ENTRIES = ("full_observation_spec", "full_reward_spec", "full_done_spec")
@@ -76,7 +74,7 @@ def _leaf_or_composite(full: Composite, keys: list) -> Any:
     return full
 
 
-class EnvBase(nn.Module):
+class EnvBase(EnvKeys, nn.Module):
     """Base class of all tdrl environments: specs, reset / step protocol, rollouts.
 
     A subclass assigns its specs in ``__init__`` and implements ``_reset``,
@@ -454,65 +452,6 @@ class EnvBase(nn.Module):
     def _single_key(keys: list, default: str) -> Any:
         return keys[0] if len(keys) == 1 else default
 
-    # -------------------------------------------------------------------- keys
-    @property
-    def action_keys(self) -> list:
-        """The leaf keys of ``full_action_spec``."""
-        return self._cache.action_keys
-
-    @property
-    def action_key(self) -> Any:
-        """The action key; raises KeyError when the env has several."""
-        return self._one(self._cache.action_keys, "action_key", "action")
-
-    @property
-    def reward_keys(self) -> list:
-        """The leaf keys of ``full_reward_spec``."""
-        return self._cache.reward_keys
-
-    @property
-    def reward_key(self) -> Any:
-        """The reward key; raises KeyError when the env has several."""
-        return self._one(self._cache.reward_keys, "reward_key", "reward")
-
-    @property
-    def done_keys(self) -> list:
-        """The leaf keys of ``full_done_spec``."""
-        return self._cache.done_keys
-
-    @property
-    def done_key(self) -> Any:
-        """The ``"done"`` key of the env; raises KeyError when there are several levels."""
-        return self._one(self._cache.done_flag_keys, "done_key", "done")
-
-    @property
-    def done_keys_groups(self) -> list:
-        """Done keys grouped by nesting level (one list per level)."""
-        return self._cache.done_keys_groups
-
-    @property
-    def reset_keys(self) -> list:
-        """The ``"_reset"`` key paired with each done level."""
-        return self._cache.reset_keys
-
-    @property
-    def observation_keys(self) -> list:
-        """The leaf keys of ``full_observation_spec``."""
-        return self._cache.observation_keys
-
-    @property
-    def state_keys(self) -> list:
-        """The leaf keys of ``full_state_spec``."""
-        return self._cache.state_keys
-
-    @staticmethod
-    def _one(keys: list, name: str, kind: str) -> Any:
-        if len(keys) != 1:
-            raise KeyError(
-                SINGLE_KEY_ERROR.format(name=name, count=len(keys), kind=kind, keys=keys)
-            )
-        return keys[0]
-
     # ---------------------------------------------------------------- protocol
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         raise NotImplementedError(f"{type(self).__name__} must implement _reset")
@@ -591,11 +530,15 @@ class EnvBase(nn.Module):
         A ``"_step"`` boolean mask in the input runs a partial step on unbatched
         and batch-unlocked envs; masked-out elements keep the input's values (or
         zeros). Batch-locked batched envs receive the mask in ``_step``.
+
+        Entries already present under ``"next"`` in the input (written by a policy)
+        are kept unless the env produces an entry with the same key.
         """
         if self._batch_locked and tensordict.batch_size != self._batch_size:
             self._check_batch("step", tensordict)
         if fast_get(tensordict, "_step") is not None:
             return self._partial_step(tensordict, tensordict.get("_step"))
+        preset = fast_get(tensordict, "next")
         if self.run_type_checks:
             self._check_inputs(tensordict)
         next_tensordict = self._step(tensordict)
@@ -617,7 +560,9 @@ class EnvBase(nn.Module):
             next_tensordict = handler.on_step(
                 next_tensordict, self._cache.observation_keys, self._cache.done_flag_keys
             )
-        tensordict.set("next", next_tensordict)
+        if preset is not None:
+            keep_preset_entries(preset, next_tensordict)
+        fast_set(tensordict, "next", next_tensordict)
         return tensordict
 
     def _finish_step(
@@ -634,8 +579,11 @@ class EnvBase(nn.Module):
         return next_tensordict
 
     def _partial_step(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        preset = fast_get(tensordict, "next")
         next_tensordict = _partial.partial_step(self, tensordict, mask)
         next_tensordict = self._finish_step(tensordict, next_tensordict)
+        if preset is not None:
+            keep_preset_entries(preset, next_tensordict)
         tensordict.set("next", next_tensordict)
         return tensordict
 
@@ -675,6 +623,10 @@ class EnvBase(nn.Module):
     ) -> TensorDictBase:
         """Run up to ``max_steps`` steps and stack them along a trailing ``"time"`` dim.
 
+        Automatic garbage collection is paused while the steps run (and restored
+        afterwards, also on error) so that long rollouts do not pay for repeated
+        walks over the steps they keep; no garbage is lost.
+
         Args:
             max_steps: the maximum number of steps.
             policy: a callable writing the action in a tensordict (random actions if None).
@@ -713,12 +665,14 @@ class EnvBase(nn.Module):
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write a random action (sampled from the action spec) in ``tensordict`` and return it."""
-        shape = self._rand_shape(tensordict)
-        if tensordict is None:
-            tensordict = TensorDict({}, batch_size=self._batch_size, device=self._device)
         cache = self._cache
+        if tensordict is None:
+            shape = None
+            tensordict = TensorDict({}, batch_size=self._batch_size, device=self._device)
+        else:
+            shape = None if self._batch_locked else self._rand_shape(tensordict)
         if len(cache.action_keys) == 1:
-            tensordict.set(cache.action_keys[0], cache.action_leaf.rand(shape))
+            fast_set(tensordict, cache.action_keys[0], cache.action_leaf.rand(shape))
         else:
             tensordict.update(self.full_action_spec.rand(shape))
         return tensordict

@@ -7,14 +7,16 @@ were set and never validate data per step.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
-from tdrl.envs._step_mdp import entries, fast_get, merge_next
+from tdrl.envs._stack import Irregular, stack_steps
+from tdrl.envs._step_mdp import fast_get, merge_next
 
 if TYPE_CHECKING:
     from tdrl.envs.common import EnvBase
@@ -170,8 +172,46 @@ def rollout(
     if policy is None:
         policy = env.rand_action
     policy_device = _policy_device(policy) if auto_cast_to_device else None
+    cast = policy_device is not None and policy_device != env.device
+    # The loop allocates a few short-lived objects per step and keeps one tensordict per
+    # step; the cyclic garbage collector would walk every kept step on each full pass, so
+    # automatic collection is paused for the loop and restored (if it was on) afterwards.
+    # Nothing is lost: unreachable cycles made meanwhile are collected on the next pass.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        steps = _run(
+            env,
+            tensordict,
+            max_steps,
+            policy,
+            callback,
+            any_done,
+            all_done,
+            set_truncated,
+            cast,
+            policy_device,
+        )
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return _stack(steps, return_contiguous, out)
+
+
+def _run(
+    env: EnvBase,
+    tensordict: TensorDictBase,
+    max_steps: int,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    callback: Callable[..., Any] | None,
+    any_done: bool,
+    all_done: bool,
+    set_truncated: bool,
+    cast: bool,
+    policy_device: Any,
+) -> list:
+    """The rollout loop proper: returns the list of stepped tensordicts."""
     env_device = env.device
-    cast = policy_device is not None and policy_device != env_device
     cache = env._cache
     excluded = cache.mdp_excluded
     done_flag_keys = cache.done_flag_keys
@@ -205,96 +245,7 @@ def rollout(
                 break
         else:
             tensordict = maybe_reset(env, merge_next(tensordict, excluded, True))
-    return _stack(steps, return_contiguous, out)
-
-
-class _Irregular(Exception):
-    """The steps do not share one structure of plain tensors: use tensordict's stack."""
-
-
-def _collect(td: TensorDictBase, node: dict) -> None:
-    for key, value in entries(td).items():
-        slot = node.get(key)
-        if isinstance(value, torch.Tensor):
-            if slot is None:
-                node[key] = [value]
-            elif type(slot) is list:
-                slot.append(value)
-            else:
-                raise _Irregular
-        elif type(value) is TensorDict:
-            if slot is None:
-                slot = node[key] = {"": value.batch_size}
-            elif type(slot) is not dict:
-                raise _Irregular
-            _collect(value, slot)
-        else:
-            raise _Irregular
-
-
-def _shifted(slot: list, next_slot: Any, count: int) -> bool:
-    """Whether ``slot[t + 1] is next_slot[t]`` for every step (root data = previous next data)."""
-    if type(next_slot) is not list or len(next_slot) != count or len(slot) != count:
-        return False
-    return all(a is b for a, b in zip(slot[1:], next_slot))
-
-
-def _build(
-    node: dict,
-    count: int,
-    dim: int,
-    device: Any,
-    next_node: dict | None = None,
-    next_built: TensorDictBase | None = None,
-) -> TensorDictBase:
-    batch = node.pop("")
-    source = {}
-    if next_node is None and type(node.get("next")) is dict:
-        # build "next" first: root entries that merely repeat the previous
-        # step's "next" entries are then rebuilt with one cat instead of a stack
-        next_node = node["next"]
-        next_built = source["next"] = _build(next_node, count, dim, device)
-    for key, slot in node.items():
-        if key in source:
-            continue
-        if type(slot) is list:
-            if len(slot) != count:
-                raise _Irregular
-            next_slot = next_node.get(key) if next_node is not None else None
-            if count > 1 and _shifted(slot, next_slot, count):
-                previous = next_built.get(key).narrow(dim, 0, count - 1)
-                source[key] = torch.cat([slot[0].unsqueeze(dim), previous], dim)
-            else:
-                source[key] = torch.stack(slot, dim)
-        else:
-            sub_next = next_node.get(key) if next_node is not None else None
-            sub_built = next_built.get(key, None) if type(sub_next) is dict else None
-            source[key] = _build(
-                slot,
-                count,
-                dim,
-                device,
-                sub_next if sub_built is not None else None,
-                sub_built,
-            )
-    batch_size = torch.Size((*batch[:dim], count, *batch[dim:]))
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
-
-
-def _fast_stack(steps: list, dim: int) -> TensorDictBase:
-    """Stack tensordicts of identical structure leaf by leaf (one ``torch.stack`` per leaf)."""
-    first = steps[0]
-    if type(first) is not TensorDict:
-        raise _Irregular
-    root: dict = {"": first.batch_size}
-    for step in steps:
-        if step.batch_size != first.batch_size:
-            raise _Irregular
-        _collect(step, root)
-    try:
-        return _build(root, len(steps), dim, first.device)
-    except RuntimeError as err:
-        raise _Irregular from err
+    return steps
 
 
 def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:
@@ -305,8 +256,8 @@ def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> 
         result = torch.stack(steps, dim, out=out)
     else:
         try:
-            result = _fast_stack(steps, dim)
-        except _Irregular:
+            result = stack_steps(steps, dim)
+        except Irregular:
             result = torch.stack(steps, dim)
     result.refine_names(*([None] * dim), "time")
     return result

@@ -6,7 +6,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_collection
 
 from tdrl.data import Composite, make_composite_from_td
 from tdrl.envs._checks import shapes_match
@@ -166,6 +166,9 @@ def terminated_or_truncated(
 class RandomPolicy:
     """A policy that writes a random sample of an action spec.
 
+    The spec is kept by reference, not copied: later in-place changes (such as an
+    action mask updated by the env at each step) are seen by the next sample.
+
     Args:
         action_spec: a leaf spec or a Composite of actions.
         action_key: where a leaf spec's sample is written.
@@ -179,7 +182,7 @@ class RandomPolicy:
     """
 
     def __init__(self, action_spec: Any, action_key: Any = "action") -> None:
-        self.action_spec = action_spec.clone()
+        self.action_spec = action_spec
         self.action_key = action_key
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
@@ -237,6 +240,10 @@ def check_env_specs(
     Every entry of the specs must be present in the data with the expected
     shape (``-1`` dims match any size) and dtype and be within the spec's
     domain, and the data must hold no entry the specs do not declare.
+    Non-tensor entries (strings, python objects) are checked for presence only.
+    Action masks are not checked: a spec holds the mask of the last step only,
+    while a masked env (``ActionMask``, ``TicTacToeEnv``) changes it at every step,
+    so each step's values are checked against the spec's domain without its mask.
 
     Args:
         env: the env to check.
@@ -287,7 +294,9 @@ def _check_data(
     lead_ndim: int,
     time_dim: int | None,
 ) -> None:
-    present = {as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True)}
+    present = {
+        as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)
+    }
     for key, spec in entries.items():
         if key not in present:
             raise AssertionError(
@@ -335,6 +344,20 @@ def _check_data(
         )
 
 
+def _is_leaf(cls: type) -> bool:
+    """Leaves of the rollout data: tensors and non-tensor entries (strings, objects...)."""
+    return not is_tensor_collection(cls) or issubclass(cls, (NonTensorData, NonTensorStack))
+
+
+def _without_mask(spec: Any) -> Any:
+    """``spec`` with its action mask cleared (a copy), or ``spec`` itself when it has none."""
+    if getattr(spec, "mask", None) is None or not hasattr(spec, "update_mask"):
+        return spec
+    spec = spec.clone()
+    spec.update_mask(None)
+    return spec
+
+
 def _is_private(key: tuple) -> bool:
     return key[-1] in ("_reset", "_step")
 
@@ -344,6 +367,9 @@ def _check_domain(
 ) -> None:
     if not hasattr(spec, "is_in"):
         return
+    # the specs hold the mask of the last step only: each step's values are checked
+    # against the spec's domain, not against a mask that may have changed since
+    spec = _without_mask(spec)
     target = (*value.shape[:lead_ndim], *tuple(spec.shape[env_ndim:]))
     if tuple(spec.shape) != target:
         spec = spec.expand(*target)

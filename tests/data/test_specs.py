@@ -339,3 +339,39 @@ def test_stack_along_a_later_dim():
     assert spec[:, 1] == specs[1]
     equal = torch.stack([Categorical(3)] * 4, -1)
     assert isinstance(equal, Categorical) and equal.shape == torch.Size((4,))
+
+
+# ------------------------------------------------------------ cheap sampling paths
+def test_one_hot_rand_returns_fresh_memory():
+    spec = OneHot(3)
+    first = spec.rand()
+    first.fill_(True)
+    for _ in range(20):
+        sample = spec.rand()
+        assert sample.sum() == 1 and spec.is_in(sample)
+    batched = OneHot(3, shape=(4, 3), dtype=torch.int64).rand((2,))
+    assert batched.shape == (2, 4, 3) and batched.dtype == torch.int64
+    assert (batched.sum(-1) == 1).all()
+
+
+def test_rand_sees_spec_changes_after_a_first_sample():
+    spec = Bounded(-1.0, 1.0, (2,))
+    spec.rand()
+    spec.low = torch.full((2,), 5.0)
+    spec.high = torch.full((2,), 6.0)
+    sample = spec.rand((100,))
+    assert ((sample >= 5.0) & (sample <= 6.0)).all()
+    one_hot = OneHot(2)
+    one_hot.rand()
+    cast = one_hot.to(torch.int64)
+    assert cast.rand().dtype == torch.int64
+    categorical = Categorical(3, dtype=torch.int32)
+    assert categorical.rand((5,)).dtype == torch.int32
+    assert Categorical(2, dtype=torch.bool).rand((5,)).dtype == torch.bool
+
+
+def test_bounded_rand_stays_within_uniform_bounds():
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        spec = Bounded(-0.3, 0.7, (1000,), dtype=dtype)
+        sample = spec.rand((10,))
+        assert sample.dtype == dtype and spec.is_in(sample)

@@ -454,3 +454,26 @@ def test_reset_with_all_false_masks_does_not_call_reset():
     out = env.reset(data)
     assert env.count.item() == 1.0
     assert out["observation"][0].item() == 1.0 and "_reset" not in out.keys()
+
+
+# ------------------------------------------------------- entries preset under "next"
+def test_step_keeps_next_entries_written_by_the_policy():
+    env = CountingEnv(max_steps=5, batch_size=(2,))
+    td = env.rand_action(env.reset())
+    td.set(("next", "policy_state"), torch.full((2, 3), 7.0))
+    td.set(("next", "reward"), torch.full((2, 1), 99.0))
+    out = env.step(td)
+    assert (out["next", "policy_state"] == 7.0).all()
+    # the env's own output wins over a preset entry with the same key
+    assert (out["next", "reward"] == td["action"]).all()
+    assert (out["next", "observation"] == 1.0).all()
+
+
+def test_partial_step_keeps_next_entries_written_by_the_policy():
+    env = StatelessCountingEnv()
+    td = env.reset(TensorDict(batch_size=[3]))
+    td = env.rand_action(td)
+    td.set("_step", torch.tensor([True, False, True]))
+    td.set(("next", "extra"), torch.arange(3.0))
+    out = env.step(td)
+    assert out["next", "extra"].tolist() == [0.0, 1.0, 2.0]

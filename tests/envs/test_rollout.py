@@ -145,3 +145,40 @@ def test_maybe_reset_noop_when_not_done():
     env = CountingEnv(max_steps=5)
     data = env.reset()
     assert env.maybe_reset(data) is data
+
+
+def test_rollout_restores_automatic_garbage_collection():
+    import gc
+
+    env = CountingEnv(max_steps=3)
+    assert gc.isenabled()
+    env.rollout(5, break_when_any_done=False)
+    assert gc.isenabled()
+
+    def failing_policy(td):
+        raise RuntimeError("policy failed")
+
+    with pytest.raises(RuntimeError, match="policy failed"):
+        env.rollout(5, failing_policy)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        env.rollout(5)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_rollout_stacking_matches_tensordict_stack_for_nested_data():
+    from tdrl.envs._stack import stack_steps
+
+    env = MultiAgentCountingEnv(batch_size=(2,))
+    steps = env.rollout(6, break_when_any_done=False, return_contiguous=False).tensordicts
+    fast = stack_steps(steps, 1)
+    reference = torch.stack(steps, 1)
+    assert set(fast.keys(True, True)) == set(reference.keys(True, True))
+    assert (fast == reference).all()
+    assert fast.batch_size == reference.batch_size
+    contiguous = env.rollout(3)  # no reset within the first 3 steps
+    agents = contiguous["agents", "observation"]
+    assert (agents[:, 1:] == contiguous["next", "agents", "observation"][:, :-1]).all()

@@ -3,8 +3,9 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, interaction_type
 
-from tdrl.data import Bounded, Composite, Unbounded
+from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
 from tdrl.envs import (
+    EnvBase,
     ExplorationType,
     MarlGroupMapType,
     RandomPolicy,
@@ -210,3 +211,99 @@ def test_marl_group_map_and_check():
         check_marl_grouping({"x": []}, names)
     with pytest.raises(ValueError, match=r"missing \['b_0'\]"):
         check_marl_grouping({"a": ["a_0", "a_1"]}, names)
+
+
+# ------------------------------------------------- non-tensor entries and masks
+class _TextEnv(EnvBase):
+    """Writes a string observation next to a tensor one."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(
+            observation=Unbounded((1,)), text=NonTensor(shape=(), example_data="a")
+        )
+        self.action_spec = Bounded(-1.0, 1.0, (1,))
+        self.reward_spec = Unbounded((1,))
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = TensorDict(observation=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool))
+        out.set_non_tensor("text", "start")
+        return out
+
+    def _step(self, tensordict):
+        out = TensorDict(
+            observation=torch.ones(1), reward=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool)
+        )
+        out.set_non_tensor("text", "step")
+        return out
+
+    def _set_seed(self, seed):
+        pass
+
+
+class _ShrinkingMaskEnv(EnvBase):
+    """Each action taken becomes illegal (as cells in tic-tac-toe); the action spec's mask
+    is updated in place at each step, as the ActionMask transform does."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(action_mask=Unbounded((4,), dtype=torch.bool))
+        self.action_spec = Categorical(4)
+        self.reward_spec = Unbounded((1,))
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.free = torch.ones(4, dtype=torch.bool)
+        self.action_spec.update_mask(self.free.clone())
+        return TensorDict(action_mask=self.free.clone(), done=torch.zeros(1, dtype=torch.bool))
+
+    def _step(self, tensordict):
+        action = int(tensordict["action"])
+        if 0 <= action < 4:  # values outside the domain are left to check_env_specs
+            if not self.free[action]:
+                raise ValueError(f"illegal action {action}")
+            self.free[action] = False
+        self.action_spec.update_mask(self.free.clone())
+        return TensorDict(
+            action_mask=self.free.clone(),
+            reward=torch.zeros(1),
+            done=torch.tensor([not bool(self.free.any())]),
+        )
+
+    def _set_seed(self, seed):
+        torch.manual_seed(seed)
+
+
+def test_check_env_specs_accepts_non_tensor_entries():
+    check_env_specs(_TextEnv())
+
+
+def test_check_env_specs_reports_a_missing_non_tensor_entry():
+    env = _TextEnv()
+    env._step = lambda td: TensorDict(
+        observation=torch.ones(1), reward=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool)
+    )
+    with pytest.raises(AssertionError, match="missing entry at key .*text"):
+        check_env_specs(env, return_contiguous=False)
+
+
+def test_check_env_specs_with_an_action_mask_that_changes_each_step():
+    env = _ShrinkingMaskEnv()
+    for seed in range(5):
+        check_env_specs(env, seed=seed)
+
+
+def test_check_env_specs_still_checks_the_domain_of_masked_specs():
+    env = _ShrinkingMaskEnv()
+    env.rand_action = lambda td=None: td.set("action", torch.tensor(7))
+    with pytest.raises(AssertionError, match="value out of spec at key 'action'"):
+        check_env_specs(env)
+
+
+def test_random_policy_follows_in_place_mask_updates():
+    env = _ShrinkingMaskEnv()
+    policy = RandomPolicy(env.action_spec)
+    assert policy.action_spec is env.action_spec
+    for seed in range(10):
+        env.set_seed(seed)
+        data = env.rollout(4, policy)
+        assert sorted(data["action"].tolist()) == [0, 1, 2, 3]

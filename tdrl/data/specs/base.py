@@ -233,8 +233,20 @@ class TensorSpec:
         return torch.Size((*extra, *_safe_shape(self.shape)))
 
     # ------------------------------------------------------------------ sampling
+    def _own_shape(self) -> torch.Size:
+        """The spec's shape with dynamic dims set to 1, cached per ``shape`` object."""
+        shape = self.shape
+        cache = self.__dict__.get("_own_shape_cache")
+        if cache is not None and cache[0] is shape:
+            return cache[1]
+        full = torch.Size(_safe_shape(shape))
+        self.__dict__["_own_shape_cache"] = (shape, full)
+        return full
+
     def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """A random value in the spec, with ``shape`` extra leading dims."""
+        if shape is None or (isinstance(shape, tuple) and not shape):
+            return self._rand(self._own_shape())
         return self._rand(self._full_shape(shape))
 
     def _rand(self, shape: torch.Size) -> torch.Tensor:

@@ -104,10 +104,10 @@ class Categorical(TensorSpec):
 
     def _rand(self, shape: torch.Size) -> torch.Tensor:
         if self.mask is None:
-            out = torch.randint(0, self.n, shape, device=self.device)
-        else:
-            out = _masked_choice(self.mask, shape, type(self).__name__)
-        return out.to(self.dtype)
+            if self.dtype == torch.bool:
+                return torch.randint(0, self.n, shape, device=self.device).to(torch.bool)
+            return torch.randint(0, self.n, shape, device=self.device, dtype=self.dtype)
+        return _masked_choice(self.mask, shape, type(self).__name__).to(self.dtype)
 
     def _in_domain(self, val: torch.Tensor) -> bool:
         if self.dtype != torch.bool and not (bool((val >= 0).all()) and bool((val < self.n).all())):
@@ -223,7 +223,23 @@ class OneHot(TensorSpec):
             index = torch.randint(0, self.n, batch, device=self.device)
         else:
             index = _masked_choice(self.mask, batch, type(self).__name__)
-        return torch.nn.functional.one_hot(index, self.n).to(self.dtype)
+        rows = self._eye()[index]
+        # a 0-dim index selects a view of the cached identity: hand out a copy
+        return rows if batch else rows.clone()
+
+    def _eye(self) -> torch.Tensor:
+        """The ``n x n`` identity in the spec's dtype and device (cached): row ``i`` encodes ``i``."""
+        cache = self.__dict__.get("_eye_cache")
+        if (
+            cache is not None
+            and cache[0] == self.n
+            and cache[1] is self.dtype
+            and cache[2] == self.device
+        ):
+            return cache[3]
+        eye = torch.eye(self.n, device=self.device).to(self.dtype)
+        self.__dict__["_eye_cache"] = (self.n, self.dtype, self.device, eye)
+        return eye
 
     def _in_domain(self, val: torch.Tensor) -> bool:
         as_int = val.to(torch.int64) if val.dtype != torch.int64 else val

@@ -306,6 +306,25 @@ class Bounded(TensorSpec):
         self._int_cache = (self.low, self.high, bounds)
         return bounds
 
+    def _uniform_float_bounds(self) -> tuple[float, float] | None:
+        """``(low, high)`` as floats when real, finite and equal everywhere (cached)."""
+        cache = self.__dict__.get("_float_cache")
+        if cache is not None and cache[0] is self.low and cache[1] is self.high:
+            return cache[2]
+        low, high = self.low.flatten(), self.high.flatten()
+        bounds = None
+        if (
+            self.dtype.is_floating_point
+            and low.numel()
+            and bool((low == low[0]).all())
+            and bool((high == high[0]).all())
+            and bool(torch.isfinite(low[0]))
+            and bool(torch.isfinite(high[0]))
+        ):
+            bounds = (float(low[0]), float(high[0]))
+        self._float_cache = (self.low, self.high, bounds)
+        return bounds
+
     def _rand(self, shape: torch.Size) -> torch.Tensor:
         low, high = self.low, self.high
         if self.domain == "discrete" or not (self.dtype.is_floating_point or self.dtype.is_complex):
@@ -315,6 +334,14 @@ class Bounded(TensorSpec):
                     self.dtype
                 )
             return _randint_like_range(low, high, shape, self.dtype, self.device)
+        bounds = self._uniform_float_bounds()
+        if bounds is not None:
+            # one kernel for the common case of the same finite bounds everywhere; below
+            # float64 the sample is computed in a wider type and rounds into [low, high]
+            low_f, high_f = bounds
+            sample = torch.empty(shape, dtype=self.dtype, device=self.device)
+            sample.uniform_(low_f, high_f)
+            return sample.clamp_(low_f, high_f) if self.dtype == torch.float64 else sample
         scale, finite = self._scale()
         if finite:
             sample = torch.rand(shape, dtype=self.dtype, device=self.device).mul_(scale).add_(low)

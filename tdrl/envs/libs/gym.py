@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
+from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend
@@ -371,7 +372,10 @@ class GymWrapper(GymLikeEnv):
 
     # ------------------------------------------------------------------ env protocol
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = self._write_action(tensordict.get("action"))
+        action = fast_get(tensordict, "action")
+        if action is None:
+            action = tensordict.get("action")  # raises the usual KeyError
+        action = self._write_action(action)
         env_step = self._env.step
         if self.wrapper_frame_skip == 1:
             observation, reward, terminated, truncated, info = env_step(action)
