@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 import torch
 
@@ -100,3 +102,66 @@ def test_load_leaves_on_padded_levels():
     assert index.tolist() == [0, 4999]
     index, _ = tree.scan_lower_bound(torch.tensor([1e9], dtype=torch.float64))
     assert 0 <= int(index) < 5000
+
+
+def _naive_search(leaves, mass):
+    return torch.searchsorted(leaves.cumsum(0), mass, right=True).clamp(max=leaves.numel() - 1)
+
+
+@pytest.mark.parametrize(
+    "capacity, fanout, top_size",
+    [(1, 64, 16384), (100, 4, 4), (1000, 8, 16), (5000, 16, 32), (70_000, 64, 16384)],
+)
+def test_priority_tree_matches_naive_reference_after_batch_updates(capacity, fanout, top_size):
+    generator = torch.Generator().manual_seed(capacity)
+    tree = PriorityTree(capacity, fanout=fanout, top_size=top_size)
+    reference = torch.zeros(capacity, dtype=torch.float64)
+    for batch in (3, 256, 2000):
+        # duplicates on purpose: the leaf keeps one value, the levels must agree with it
+        index = torch.randint(capacity, (batch,), generator=generator)
+        index[: batch // 3] = index[0]
+        value = torch.rand(batch, dtype=torch.float64, generator=generator) + 0.01
+        tree.update(index, value)
+        previous, reference = reference, tree.leaves().clone()
+        written = torch.zeros(capacity, dtype=torch.bool)
+        written[index] = True
+        assert torch.equal(reference[~written], previous[~written])
+        assert torch.isin(reference[written], value).all()
+        assert float(tree.total()) == pytest.approx(float(reference.sum()), rel=1e-12)
+        assert float(tree.min()) == float(reference[reference > 0].min())
+        mass = torch.rand(300, dtype=torch.float64, generator=generator) * reference.sum()
+        index, found = tree.scan_lower_bound(mass)
+        assert torch.equal(index, _naive_search(reference, mass))
+        assert torch.equal(found, reference[index])
+    drawn, found = tree.sample(500, generator)
+    assert torch.equal(found, reference[drawn]) and bool((found > 0).all())
+
+
+def test_priority_tree_zeroed_leaves_leave_the_minimum():
+    tree = PriorityTree(300, fanout=8, top_size=8)
+    tree.update(torch.arange(300), torch.arange(1, 301, dtype=torch.float64))
+    tree.update(torch.tensor([0, 1, 299]), 0.0)
+    assert float(tree.min()) == 3.0
+    assert float(tree.total()) == pytest.approx(sum(range(1, 301)) - 1 - 2 - 300)
+    index, _ = tree.sample(2000, torch.Generator().manual_seed(0))
+    assert not torch.isin(index, torch.tensor([0, 1, 299])).any()
+    tree.update(torch.tensor([1]), 0.5)
+    assert float(tree.min()) == 0.5
+
+
+def test_priority_tree_scratch_buffers_do_not_leak_into_results():
+    tree = PriorityTree(1000, fanout=16)
+    tree.update(torch.arange(1000), torch.rand(1000, dtype=torch.float64) + 0.1)
+    first_index, first_value = tree.sample(64, torch.Generator().manual_seed(1))
+    kept = first_index.clone(), first_value.clone()
+    tree.sample(64, torch.Generator().manual_seed(2))
+    tree.update(first_index, 5.0)
+    assert torch.equal(first_index, kept[0]) and torch.equal(first_value, kept[1])
+    big_index, _ = tree.sample(5000, torch.Generator().manual_seed(3))
+    assert big_index.shape == (5000,) and int(big_index.max()) < 1000
+    copied = pickle.loads(pickle.dumps(tree))
+    assert torch.equal(copied.leaves(), tree.leaves())
+    assert torch.equal(
+        copied.scan_lower_bound(torch.tensor([10.0]))[0],
+        tree.scan_lower_bound(torch.tensor([10.0]))[0],
+    )

@@ -310,9 +310,14 @@ class PrioritizedSampler(Sampler):
             raise RuntimeError(_EMPTY_MSG)
         tree = self._tree
         index, value = tree.sample(batch_size, self._rng)
-        index.clamp_(max=length - 1)
         lowest = tree.min()
-        weight = value.clamp_(min=lowest).div_(lowest).pow_(-self._beta).to(self._dtype)
+        if length < tree.capacity:
+            # empty slots past the end are only reached through rounding: keep draws valid
+            index.clamp_(max=length - 1)
+            value.clamp_(min=lowest)
+        # the ratio is >= 1, so weights never exceed 1; pow casts straight into the dtype
+        ratio = value.div_(lowest)
+        weight = torch.pow(ratio, -self._beta, out=torch.empty(ratio.shape, dtype=self._dtype))
         return storage._unravel(index), {"priority_weight": weight}
 
     def _set(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
@@ -360,27 +365,39 @@ class PrioritizedSampler(Sampler):
             if storage is None:
                 raise ValueError("multi-dimensional indices need the storage to be flattened")
             index = storage._ravel(index)
-        else:
+        elif not (
+            isinstance(index, torch.Tensor) and index.dtype == torch.long and index.ndim == 1
+        ):
             index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        priority = torch.as_tensor(priority).detach().to(device="cpu", dtype=torch.float64)
-        if priority.numel() == 1:
-            priority = priority.reshape(1).expand(index.shape)
-        elif priority.ndim > 1 and priority.shape[0] == index.shape[0]:
-            priority = self._reduce(priority.reshape(index.shape[0], -1))
-        elif priority.numel() != index.numel():
-            raise ValueError(
-                f"priority shape mismatch: expected {index.numel()} values (one per index), "
-                f"got shape {tuple(priority.shape)}"
-            )
-        else:
-            priority = priority.reshape(-1)
+        if not isinstance(priority, torch.Tensor):
+            priority = torch.as_tensor(priority, dtype=torch.float64)
+        elif priority.requires_grad or priority.device.type != "cpu":
+            priority = priority.detach().cpu()
+        if priority.shape != index.shape:
+            if priority.numel() == 1:
+                priority = priority.reshape(1).expand(index.shape)
+            elif priority.ndim > 1 and priority.shape[0] == index.shape[0]:
+                priority = self._reduce(priority.to(torch.float64).reshape(index.shape[0], -1))
+            elif priority.numel() != index.numel():
+                raise ValueError(
+                    f"priority shape mismatch: expected {index.numel()} values (one per index), "
+                    f"got shape {tuple(priority.shape)}"
+                )
+            else:
+                priority = priority.reshape(-1)
         if not priority.numel():
             return
-        low, high = (float(v) for v in torch.aminmax(priority))
+        bounds = torch.aminmax(priority)
+        low, high = float(bounds.min), float(bounds.max)
         if not (low > 0 and high < float("inf")):
             bad = "NaN" if low != low or high != high else (low if not low > 0 else high)
             raise ValueError(f"priorities must be finite and > 0, got {bad}")
-        value = priority.add(self._eps).pow_(self._alpha)
+        if priority.dtype == torch.float64:
+            value = priority.add(self._eps)
+        else:
+            value = priority.to(torch.float64).add_(self._eps)
+        if self._alpha != 1.0:
+            value.pow_(self._alpha)
         self._set(index, value)
         if high > self._max_priority:
             self._max_priority = high

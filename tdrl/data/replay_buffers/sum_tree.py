@@ -4,7 +4,7 @@ A tree stores one value per leaf and, level after level, the reduction (sum, min
 each block of ``fanout`` consecutive nodes of the level below. The top level is small and is
 scanned whole. Batch updates and batch prefix-sum searches are a handful of tensor operations
 per level (gather a block per query, reduce or cumulate it, scatter), never a Python loop per
-item. With the default fanout of 64 a tree of one million leaves has three levels.
+item. With the default fanout of 64 a tree of one million leaves has two levels.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ __all__ = ["MaxSegmentTree", "MinSegmentTree", "PriorityTree", "SumSegmentTree"]
 
 _DEFAULT_FANOUT = 64
 _TOP_SIZE = 16384
+# batches up to this size reuse preallocated buffers; larger updates (extends of
+# contiguous items) deduplicate the parents they refresh instead
+_SCRATCH_MAX = 1024
+_INF = float("inf")
 
 
 def _level_sizes(capacity: int, fanout: int, top_size: int) -> list[int]:
@@ -244,17 +248,53 @@ class MaxSegmentTree(_WideTree):
         return self.leaves()[start:end].amax()
 
 
-class PriorityTree:
-    """Sum and min trees over one shared array of leaves: what prioritized sampling needs.
+class _Scratch:
+    """Preallocated intermediates for one batch size, reused by every draw and update."""
 
-    Leaves hold priorities (``0`` marks an empty slot, ignored by the minimum). An update
-    refreshes both trees from the same gathered blocks; a draw is one inverse-CDF search
-    over the sum levels. With the default sizes a million leaves take two levels: the
-    leaves and 15,625 block sums, scanned whole at the top.
+    __slots__ = (
+        "cumulated",
+        "lows",
+        "mass",
+        "mass_column",
+        "node",
+        "offset",
+        "parent",
+        "rows",
+        "rows_head",
+        "sums",
+    )
+
+    def __init__(self, size: int, fanout: int) -> None:
+        f64 = torch.float64
+        self.mass = torch.empty(size, dtype=f64)
+        self.mass_column = self.mass.unsqueeze(1)
+        self.node = torch.empty(size, dtype=torch.long)
+        self.offset = torch.empty(size, dtype=f64)
+        self.rows = torch.empty(size, fanout, dtype=f64)
+        self.rows_head = self.rows[:, :-1]
+        self.cumulated = torch.empty(size, fanout - 1, dtype=f64)
+        self.parent = torch.empty(size, dtype=torch.long)
+        self.sums = torch.empty(size, dtype=f64)
+        self.lows = torch.empty(size, dtype=f64)
+
+
+class PriorityTree:
+    """Sum and min trees over one array of leaves: what prioritized sampling needs.
+
+    Leaves hold priorities (``0`` marks an empty slot, ignored by the minimum). Above the
+    leaves, each level holds the sums and the minima of blocks of ``fanout`` nodes; an update
+    refreshes both from the same gathered blocks. A draw scans the small top level whole
+    (one cumsum and one searchsorted over a zero-led copy, so the exclusive prefix comes for
+    free), then searches one block per draw at each level below. With the default sizes a
+    million leaves take two levels: the leaves and 15,625 block sums. Sums are float64.
+
+    Intermediates of batches up to 1024 items live in buffers reused from call to call, so
+    a tree must not be used by two threads at once (replay buffers hold a lock around it).
 
     Args:
         capacity: number of leaves.
         fanout: children per node.
+        top_size: the largest top level (scanned whole by every draw).
 
     Examples:
         >>> import torch
@@ -270,99 +310,198 @@ class PriorityTree:
     def __init__(
         self, capacity: int, *, fanout: int = _DEFAULT_FANOUT, top_size: int = _TOP_SIZE
     ) -> None:
-        self._sum = SumSegmentTree(capacity, fanout=fanout, top_size=top_size)
-        self._min = MinSegmentTree(capacity, fanout=fanout, top_size=top_size)
-        self.capacity = self._sum.capacity
-        self.fanout = self._sum.fanout
-        self._leaves = self._sum._levels[0]
-        self._sum_blocks = self._sum._blocks
-        self._min_blocks = self._min._blocks
-        self._sum_levels = self._sum._levels
-        self._min_levels = self._min._levels
+        if int(capacity) < 1:
+            raise ValueError(f"tree capacity must be a positive integer, got {capacity}")
+        if int(fanout) < 2:
+            raise ValueError(f"tree fanout must be at least 2, got {fanout}")
+        self.capacity = int(capacity)
+        self.fanout = fanout = int(fanout)
+        sizes = _level_sizes(self.capacity, fanout, max(int(top_size), fanout))
+        f64 = torch.float64
+        # The top level follows a fixed zero: the cumsum of this store is the exclusive
+        # prefix sum of the top level, and its last entry is the total.
+        self._top_store = torch.zeros(sizes[-1] + 1, dtype=f64)
+        self._sum_levels = [torch.zeros(size, dtype=f64) for size in sizes[:-1]]
+        self._sum_levels.append(self._top_store[1:])
+        # _min_levels[d] holds the block minima that sit beside _sum_levels[d + 1].
+        self._min_levels = [torch.full((size,), _INF, dtype=f64) for size in sizes[1:]]
+        self._sum_blocks = [level.view(-1, fanout) for level in self._sum_levels[:-1]]
+        self._min_blocks = [level.view(-1, fanout) for level in self._min_levels[:-1]]
+        self._leaves = self._sum_levels[0][: self.capacity]
+        self._shift = fanout.bit_length() - 1 if fanout & (fanout - 1) == 0 else None
+        self._padded = sizes[0] != self.capacity
+        self._prefix = torch.empty_like(self._top_store)
+        # searching all boundaries but the last gives indices in [0, n) with no clamp
+        self._prefix_inner = self._prefix[1:-1]
+        self._prefix_total = self._prefix[-1]
+        self._scratch: dict[int, _Scratch] = {}
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_scratch"] = {}
+        return state
+
+    def _scratch_for(self, size: int) -> _Scratch | None:
+        if size > _SCRATCH_MAX:
+            return None
+        scratch = self._scratch.get(size)
+        if scratch is None:
+            if len(self._scratch) >= 4:
+                self._scratch.clear()
+            scratch = self._scratch[size] = _Scratch(size, self.fanout)
+        return scratch
+
+    def _parents(self, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self._shift is None:
+            return torch.div(index, self.fanout, rounding_mode="floor", out=out)
+        return torch.bitwise_right_shift(index, self._shift, out=out)
 
     def update(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
-        """Set the leaves at ``index`` (1-d long tensor) to ``value`` and refresh both trees."""
-        value = torch.as_tensor(value, dtype=torch.float64).expand(index.shape)
+        """Set the leaves at ``index`` (1-d long tensor) to ``value`` and refresh both trees.
+
+        Duplicated indices are allowed: the leaf keeps one of its values and every level
+        above is recomputed from the leaves, so the trees stay consistent.
+        """
+        if index.ndim != 1 or index.dtype != torch.long:
+            index = index.reshape(-1).long()
+        count = index.shape[0]
+        if not count:
+            return
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float64:
+            value = torch.as_tensor(value, dtype=torch.float64)
+        if value.shape != index.shape:
+            value = value.expand(index.shape)
         try:
-            self._leaves[: self.capacity].index_copy_(0, index, value)
+            self._leaves.index_copy_(0, index, value)
         except (IndexError, RuntimeError) as err:
             raise IndexError(
                 f"priority index out of range: expected indices in [0, {self.capacity}), got "
                 f"[{int(index.min())}, {int(index.max())}]"
             ) from err
-        fanout = self.fanout
-        inf = float("inf")
+        scratch = self._scratch_for(count)
         for depth, blocks in enumerate(self._sum_blocks):
-            index = index.div(fanout, rounding_mode="floor")
-            rows = blocks.index_select(0, index)
-            self._sum_levels[depth + 1].index_copy_(0, index, rows.sum(1))
-            if depth == 0:
-                rows = torch.where(rows > 0, rows, inf)
+            if depth or scratch is None:
+                index = self._parents(index)
+                if index.shape[0] > _SCRATCH_MAX:
+                    # large writes (extends) touch few blocks many times
+                    index = torch.unique(index)
+                rows = blocks.index_select(0, index)
+                sums = rows.sum(1)
             else:
-                rows = self._min_blocks[depth].index_select(0, index)
-            self._min_levels[depth + 1].index_copy_(0, index, rows.amin(1))
+                index = self._parents(index, scratch.parent)
+                rows = torch.index_select(blocks, 0, index, out=scratch.rows)
+                sums = torch.sum(rows, 1, out=scratch.sums)
+            self._sum_levels[depth + 1].index_copy_(0, index, sums)
+            if depth:
+                lows = self._min_blocks[depth - 1].index_select(0, index).amin(1)
+            else:
+                lows = rows.amin(1) if scratch is None else torch.amin(rows, 1, out=scratch.lows)
+                if not float(lows.min()) > 0:
+                    # some touched block holds empty (zero) leaves: leave them out
+                    lows = torch.where(rows > 0, rows, _INF).amin(1)
+            self._min_levels[depth].index_copy_(0, index, lows)
 
     def total(self) -> torch.Tensor:
         """Sum of all leaves (0-d tensor)."""
-        return self._sum.total()
+        return self._top_store.sum()
 
     def min(self) -> torch.Tensor:
         """Smallest non-empty leaf (0-d tensor, ``+inf`` when empty)."""
-        return self._min.min()
+        return self._min_levels[-1].amin()
 
     def leaves(self) -> torch.Tensor:
         """A view of the leaf values."""
-        return self._leaves[: self.capacity]
+        return self._leaves
 
     def load_leaves(self, values: torch.Tensor) -> None:
         """Replace every leaf at once and rebuild both trees."""
-        self._sum.load_leaves(values)
-        self._min.load_leaves(torch.where(self._sum.leaves() > 0, self._sum.leaves(), float("inf")))
+        values = torch.as_tensor(values, dtype=torch.float64)
+        if values.shape != (self.capacity,):
+            raise ValueError(
+                f"tree leaves shape mismatch: expected ({self.capacity},), got {tuple(values.shape)}"
+            )
+        self._leaves.copy_(values)
+        for depth, blocks in enumerate(self._sum_blocks):
+            count = blocks.shape[0]
+            self._sum_levels[depth + 1][:count].copy_(blocks.sum(1))
+            if depth:
+                lows = self._min_blocks[depth - 1]
+            else:
+                lows = torch.where(blocks > 0, blocks, _INF)
+            self._min_levels[depth][:count].copy_(lows.amin(1))
 
     def fill_(self) -> None:
         """Empty every leaf."""
-        self._sum.fill_()
-        self._min.fill_()
+        for level in self._sum_levels[:-1]:
+            level.zero_()
+        self._top_store.zero_()
+        for level in self._min_levels:
+            level.fill_(_INF)
 
     def scan_lower_bound(self, mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse-CDF search for a batch of masses in ``[0, total())``.
 
         Returns:
-            the leaf index for each mass and the leaf's value.
+            the leaf index for each mass (valid even for masses out of range) and the
+            leaf's value.
         """
-        top = self._sum_levels[-1]
-        cumulated = top.cumsum(0)
-        return self._descend(cumulated, top, mass.to(torch.float64))
+        mass = mass.reshape(-1)
+        scratch = self._scratch_for(mass.shape[0])
+        if scratch is None:
+            mass = mass.to(torch.float64, copy=True)
+        else:
+            mass = scratch.mass.copy_(mass)
+        torch.cumsum(self._top_store, 0, out=self._prefix)
+        index, value = self._descend(mass, scratch)
+        return index.clamp_(max=self.capacity - 1), value
 
     def sample(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw ``batch_size`` leaves in proportion to their value; returns indices and values."""
-        top = self._sum_levels[-1]
-        cumulated = top.cumsum(0)
-        mass = torch.rand(batch_size, dtype=torch.float64, generator=generator)
-        mass.mul_(cumulated[-1])
-        return self._descend(cumulated, top, mass)
+        torch.cumsum(self._top_store, 0, out=self._prefix)
+        scratch = self._scratch_for(batch_size)
+        mass = torch.empty(batch_size, dtype=torch.float64) if scratch is None else scratch.mass
+        mass.uniform_(0.0, float(self._prefix_total), generator=generator)
+        index, value = self._descend(mass, scratch)
+        if self._padded:
+            index.clamp_(max=self.capacity - 1)
+        return index, value
 
     def _descend(
-        self, cumulated: torch.Tensor, top: torch.Tensor, mass: torch.Tensor
+        self, mass: torch.Tensor, scratch: _Scratch | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        node = torch.searchsorted(cumulated, mass, right=True).clamp_(max=top.numel() - 1)
-        mass = mass - cumulated.index_select(0, node)
-        mass.add_(top.index_select(0, node))
-        fanout = self.fanout
-        value = mass
-        for depth in range(len(self._sum_blocks) - 1, -1, -1):
-            rows = self._sum_blocks[depth].index_select(0, node)
+        prefix = self._prefix
+        if scratch is None:
+            node = torch.searchsorted(self._prefix_inner, mass, right=True)
+            mass.sub_(prefix.index_select(0, node))
+        else:
+            node = torch.searchsorted(self._prefix_inner, mass, right=True, out=scratch.node)
+            mass.sub_(torch.index_select(prefix, 0, node, out=scratch.offset))
+        fanout, blocks = self.fanout, self._sum_blocks
+        for depth in range(len(blocks) - 1, 0, -1):
+            rows = blocks[depth].index_select(0, node)
             cumulated = rows.cumsum(1)
             child = torch.searchsorted(cumulated, mass.unsqueeze(1), right=True)
             child.clamp_(max=fanout - 1)
-            if depth:
-                mass = mass - cumulated.gather(1, child).squeeze(1)
-                mass.add_(rows.gather(1, child).squeeze(1))
-            else:
-                value = rows.gather(1, child).squeeze(1)
-            node = child.squeeze(1).add_(node, alpha=fanout)
-            if depth:
-                node.clamp_(max=self._sum_blocks[depth - 1].shape[0] - 1)
-        return node.clamp_(max=self.capacity - 1), value
+            mass.sub_(cumulated.gather(1, child).sub_(rows.gather(1, child)).squeeze_(1))
+            # nodes past the padding of a middle level only come from out-of-range masses
+            node = child.squeeze_(1).add_(node, alpha=fanout)
+            node.clamp_(max=blocks[depth - 1].shape[0] - 1)
+        if scratch is None:
+            rows = blocks[0].index_select(0, node)
+            cumulated = rows[:, :-1].cumsum(1)
+            column = mass.unsqueeze(1)
+        else:
+            rows = torch.index_select(blocks[0], 0, node, out=scratch.rows)
+            cumulated = torch.cumsum(scratch.rows_head, 1, out=scratch.cumulated)
+            column = scratch.mass_column
+        child = torch.searchsorted(cumulated, column, right=True)
+        value = rows.gather(1, child).squeeze_(1)
+        return child.squeeze_(1).add_(node, alpha=fanout), value
+
+    def __repr__(self) -> str:
+        return (
+            f"PriorityTree(capacity={self.capacity}, fanout={self.fanout}, "
+            f"levels={len(self._sum_levels)})"
+        )
