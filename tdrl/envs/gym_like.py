@@ -21,6 +21,17 @@ class BaseInfoDictReader:
 
     A reader is called as ``reader(info_dict, tensordict)`` and returns the
     tensordict; its :attr:`info_spec` tells the env which specs to declare.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.envs import BaseInfoDictReader
+        >>> class LivesReader(BaseInfoDictReader):
+        ...     def __call__(self, info_dict, tensordict):
+        ...         tensordict.set("lives", torch.as_tensor(info_dict["lives"]))
+        ...         return tensordict
+        >>> LivesReader()({"lives": 3}, TensorDict())["lives"]
+        tensor(3)
     """
 
     def __call__(self, info_dict: dict, tensordict: TensorDictBase) -> TensorDictBase:

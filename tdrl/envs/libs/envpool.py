@@ -201,6 +201,12 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         create_env_kwargs: extra arguments of ``envpool.make``.
         categorical_action_encoding: discrete actions as integers instead of one-hot.
         device: the device of the data.
+
+    Examples:
+        >>> from tdrl.envs import MultiThreadedEnv
+        >>> env = MultiThreadedEnv(4, "CartPole-v1")  # doctest: +SKIP
+        >>> env.rollout(10).shape  # doctest: +SKIP
+        torch.Size([4, 10])
     """
 
     def __init__(
