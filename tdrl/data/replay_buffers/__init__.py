@@ -17,6 +17,7 @@ from tdrl.data.replay_buffers.ensemble import (
     StorageEnsemble,
     WriterEnsemble,
 )
+from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
 from tdrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -35,7 +36,6 @@ from tdrl.data.replay_buffers.slice_samplers import (
     SliceSamplerWithoutReplacement,
 )
 from tdrl.data.replay_buffers.storages import (
-    LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
     Storage,
