@@ -2,7 +2,7 @@
 
 Such an env returns, with a ``done`` flag, the *first* observation of the next
 episode. :class:`AutoResetHandler` stashes those observations, optionally
-replaces them in the step output with a placeholder (NaN for floats), and hands
+replaces them in the step output with a fill value (NaN for floats), and hands
 them out on the next (partial) reset so that no real reset is run.
 """
 
@@ -28,9 +28,9 @@ class AutoResetHandler:
 
     Args:
         replace: replace the observations of done elements in the step output.
-        fill_float: placeholder for floating entries (``"nan"`` or a number).
-        fill_int: placeholder for integer entries.
-        fill_bool: placeholder for boolean entries.
+        fill_float: fill value for floating entries (``"nan"`` or a number).
+        fill_int: fill value for integer entries.
+        fill_bool: fill value for boolean entries.
 
     Examples:
         >>> import torch
@@ -133,10 +133,10 @@ class AutoResetEnv(EnvBase):
 
     Args:
         env: the auto-resetting env.
-        replace: replace the last observation of each episode with a placeholder.
-        fill_float: placeholder for floating entries.
-        fill_int: placeholder for integer entries.
-        fill_bool: placeholder for boolean entries.
+        replace: replace the last observation of each episode with a fill value.
+        fill_float: fill value for floating entries.
+        fill_int: fill value for integer entries.
+        fill_bool: fill value for boolean entries.
 
     Examples:
         >>> from tdrl.envs import PendulumEnv

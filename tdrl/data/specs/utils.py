@@ -61,7 +61,7 @@ def check_no_exclusive_keys(spec: TensorSpec, recurse: bool = True) -> bool:
 
 
 def _empty_like(spec: TensorSpec, batch_ndim: int) -> TensorSpec:
-    """A spec like ``spec`` with its value dims set to 0 (a placeholder for a missing key)."""
+    """A spec like ``spec`` with its value dims set to 0 (a stand-in for a missing key)."""
     if isinstance(spec, Composite):
         return spec.empty()
     shape = (*spec.shape[:batch_ndim], *([0] * (spec.ndim - batch_ndim)))

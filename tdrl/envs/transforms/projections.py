@@ -345,7 +345,7 @@ class gSDENoise(TensorDictPrimer):
 
     With ``state_dim`` and ``action_dim``, the entry has shape
     ``(*shape, action_dim, state_dim)`` and is drawn from a standard normal at each
-    reset; without them it is a ``(*shape, 1)`` zero placeholder that the gSDE module
+    reset; without them it is a ``(*shape, 1)`` zero stand-in that the gSDE module
     replaces with its own draw.
 
     Args:

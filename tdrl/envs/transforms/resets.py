@@ -478,15 +478,15 @@ class AutoResetTransform(Transform):
 
     On each step, the observations the env returned are kept aside; with ``replace``,
     those of done elements (which already belong to the next episode) are replaced
-    by a placeholder in the step output. The next reset triggered by a done flag
+    by a fill value in the step output. The next reset triggered by a done flag
     hands the kept observations out instead of resetting the env. Put it first in
     the chain: it must see the env's own observations.
 
     Keyword Args:
         replace: replace the observations of done elements in the step output.
-        fill_float: placeholder for floating entries (``"nan"`` or a number).
-        fill_int: placeholder for integer entries.
-        fill_bool: placeholder for boolean entries.
+        fill_float: fill value for floating entries (``"nan"`` or a number).
+        fill_int: fill value for integer entries.
+        fill_bool: fill value for boolean entries.
 
     Examples:
         >>> import torch
