@@ -92,7 +92,25 @@ def find_stops(
     return stop.reshape(-1).nonzero().squeeze(1)
 
 
-class TED2Flat:
+class _TEDConverter:
+    """The key settings shared by the TED converters (done, shift, is-full, done and reward keys)."""
+
+    def __init__(
+        self,
+        done_key: Any = ("next", "done"),
+        shift_key: str = "shift",
+        is_full_key: str = "is_full",
+        done_keys: tuple = _DEFAULT_DONE_KEYS,
+        reward_keys: tuple = _DEFAULT_REWARD_KEYS,
+    ) -> None:
+        self.done_key = done_key
+        self.shift_key = shift_key
+        self.is_full_key = is_full_key
+        self.done_keys = tuple(done_keys)
+        self.reward_keys = tuple(reward_keys)
+
+
+class TED2Flat(_TEDConverter):
     """Turns TED data into a flat, deduplicated TensorDict (see the module docs).
 
     The result has an empty batch size and two entries: ``"data"`` (the input without the
@@ -120,20 +138,6 @@ class TED2Flat:
         True
     """
 
-    def __init__(
-        self,
-        done_key: Any = ("next", "done"),
-        shift_key: str = "shift",
-        is_full_key: str = "is_full",
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
-        reward_keys: tuple = _DEFAULT_REWARD_KEYS,
-    ) -> None:
-        self.done_key = done_key
-        self.shift_key = shift_key
-        self.is_full_key = is_full_key
-        self.done_keys = tuple(done_keys)
-        self.reward_keys = tuple(reward_keys)
-
     def __call__(self, data: TensorDictBase, path: Any = None) -> TensorDictBase:
         """Flatten ``data``; ``path`` is accepted for API compatibility (nothing is written)."""
         if not isinstance(data, TensorDictBase):
@@ -149,7 +153,7 @@ class TED2Flat:
         return TensorDict({"data": kept, "stops": stop_td}, batch_size=[])
 
 
-class Flat2TED:
+class Flat2TED(_TEDConverter):
     """Restores the TED layout from the output of :class:`TED2Flat`.
 
     Args:
@@ -163,20 +167,6 @@ class Flat2TED:
         >>> Flat2TED()(TED2Flat()(ted))["next", "obs"]
         tensor([1., 2., 3.])
     """
-
-    def __init__(
-        self,
-        done_key: Any = ("next", "done"),
-        shift_key: str = "shift",
-        is_full_key: str = "is_full",
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
-        reward_keys: tuple = _DEFAULT_REWARD_KEYS,
-    ) -> None:
-        self.done_key = done_key
-        self.shift_key = shift_key
-        self.is_full_key = is_full_key
-        self.done_keys = tuple(done_keys)
-        self.reward_keys = tuple(reward_keys)
 
     def __call__(self, data: TensorDictBase, out: TensorDictBase | None = None) -> TensorDictBase:
         """Rebuild the TED TensorDict (written into ``out`` when given)."""
@@ -218,7 +208,7 @@ def trajectory_offsets(data: TensorDictBase, done_key: Any = ("next", "done")) -
     return torch.cat([torch.zeros(1, dtype=torch.long), stops + 1])
 
 
-class TED2Nested:
+class TED2Nested(_TEDConverter):
     """Splits TED data into trajectories: one row per trajectory, as jagged nested tensors.
 
     Trajectories end where ``done_key`` is set and at the end of each row of the time dim.
@@ -242,20 +232,6 @@ class TED2Nested:
         True
     """
 
-    def __init__(
-        self,
-        done_key: Any = ("next", "done"),
-        shift_key: str = "shift",
-        is_full_key: str = "is_full",
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
-        reward_keys: tuple = _DEFAULT_REWARD_KEYS,
-    ) -> None:
-        self.done_key = done_key
-        self.shift_key = shift_key
-        self.is_full_key = is_full_key
-        self.done_keys = tuple(done_keys)
-        self.reward_keys = tuple(reward_keys)
-
     def __call__(self, data: TensorDictBase, path: Any = None) -> TensorDictBase:
         """Split ``data`` into trajectories; ``path`` is accepted for API compatibility."""
         if not isinstance(data, TensorDictBase):
@@ -272,7 +248,7 @@ class TED2Nested:
         return out
 
 
-class Nested2TED:
+class Nested2TED(_TEDConverter):
     """Concatenates the trajectories made by :class:`TED2Nested` back into flat TED data.
 
     Args:
@@ -286,20 +262,6 @@ class Nested2TED:
         >>> Nested2TED()(TED2Nested()(ted))["obs"]
         tensor([0., 1., 2.])
     """
-
-    def __init__(
-        self,
-        done_key: Any = ("next", "done"),
-        shift_key: str = "shift",
-        is_full_key: str = "is_full",
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
-        reward_keys: tuple = _DEFAULT_REWARD_KEYS,
-    ) -> None:
-        self.done_key = done_key
-        self.shift_key = shift_key
-        self.is_full_key = is_full_key
-        self.done_keys = tuple(done_keys)
-        self.reward_keys = tuple(reward_keys)
 
     def __call__(self, data: TensorDictBase, out: TensorDictBase | None = None) -> TensorDictBase:
         """Concatenate the trajectories (written into ``out`` when given)."""
