@@ -44,7 +44,30 @@ def _masked_argmax(val: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return scores.argmax(-1)
 
 
-class Categorical(TensorSpec):
+def _same_mask(spec: TensorSpec, other: TensorSpec) -> bool:
+    """Whether two masked specs carry the same mask (both unmasked counts as the same)."""
+    if (spec.mask is None) != (other.mask is None):
+        return False
+    return spec.mask is None or torch.equal(spec.mask, other.mask.to(spec.device))
+
+
+class _NCategories:
+    """Cardinality, equality and repr shared by the specs over ``n`` masked categories."""
+
+    n: int
+
+    def cardinality(self) -> int:
+        """Number of categories ``n``."""
+        return self.n
+
+    def _same_attributes(self, other: TensorSpec) -> bool:
+        return self.n == other.n and _same_mask(self, other)
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}" + (", masked=True" if self.mask is not None else "")
+
+
+class Categorical(_NCategories, TensorSpec):
     """An integer index in ``[0, n)``, optionally restricted by a boolean mask.
 
     Args:
@@ -143,22 +166,8 @@ class Categorical(TensorSpec):
             mask=self.mask,
         )
 
-    def cardinality(self) -> int:
-        """Number of categories ``n``."""
-        return self.n
 
-    def _same_attributes(self, other: TensorSpec) -> bool:
-        if self.n != other.n:
-            return False
-        if (self.mask is None) != (other.mask is None):
-            return False
-        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}" + (", masked=True" if self.mask is not None else "")
-
-
-class OneHot(TensorSpec):
+class OneHot(_NCategories, TensorSpec):
     """A one-hot vector over ``n`` categories (the last dim has size ``n``).
 
     Args:
@@ -292,20 +301,6 @@ class OneHot(TensorSpec):
         """Select entries of ``tensor_to_index`` along its last dims with one-hot ``index``."""
         position = index.long().argmax(-1, keepdim=True)
         return tensor_to_index.gather(-1, position).squeeze(-1)
-
-    def cardinality(self) -> int:
-        """Number of categories ``n``."""
-        return self.n
-
-    def _same_attributes(self, other: TensorSpec) -> bool:
-        if self.n != other.n:
-            return False
-        if (self.mask is None) != (other.mask is None):
-            return False
-        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}" + (", masked=True" if self.mask is not None else "")
 
 
 class Binary(Categorical):

@@ -17,7 +17,7 @@ from tdrl.data.specs.base import (
     _mask_or_none,
     _safe_shape,
 )
-from tdrl.data.specs.categorical import _masked_argmax, _masked_choice
+from tdrl.data.specs.categorical import _masked_argmax, _masked_choice, _same_mask
 from tdrl.data.specs.spaces import BoxList
 
 __all__ = ["MultiCategorical", "MultiOneHot"]
@@ -180,9 +180,7 @@ class MultiCategorical(TensorSpec):
     def _same_attributes(self, other: TensorSpec) -> bool:
         if not torch.equal(self.nvec, other.nvec.to(self.device)):
             return False
-        if (self.mask is None) != (other.mask is None):
-            return False
-        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
+        return _same_mask(self, other)
 
     def _repr_extra(self) -> str:
         try:
@@ -331,9 +329,7 @@ class MultiOneHot(TensorSpec):
     def _same_attributes(self, other: TensorSpec) -> bool:
         if self.nvec != other.nvec:
             return False
-        if (self.mask is None) != (other.mask is None):
-            return False
-        return self.mask is None or torch.equal(self.mask, other.mask.to(self.device))
+        return _same_mask(self, other)
 
     def _repr_extra(self) -> str:
         return f"nvec={self.nvec}"
