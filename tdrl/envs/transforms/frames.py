@@ -89,6 +89,26 @@ def _episode_starts(tensordict: TensorDictBase, done_key: NestedKey) -> torch.Te
     return marks.cummax(-1).values
 
 
+def _episode_windows(
+    tensordict: TensorDictBase, done_key: NestedKey, size: int, owner: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last ``size`` time indices of each step, and its episode start, for sequence data.
+
+    Returns ``wanted`` (``[*B, T, size]``, may run before the episode start) and ``start``
+    (``[*B, T]``, from :func:`_episode_starts`). Time is the last batch dim.
+    """
+    if tensordict.batch_dims == 0:
+        raise ValueError(
+            f"{owner}: expected data whose last batch dim is time, got a tensordict "
+            "with batch size ()"
+        )
+    start = _episode_starts(tensordict, done_key)
+    steps = torch.arange(tensordict.shape[-1], device=start.device)
+    offsets = torch.arange(1 - size, 1, device=start.device)
+    wanted = (steps.unsqueeze(-1) + offsets).expand(*start.shape, size)
+    return wanted, start
+
+
 def _windows(data: torch.Tensor, positions: torch.Tensor, batch_ndim: int) -> torch.Tensor:
     """``data[..., positions[..., t, k], ...]`` along the time dim (the last batch dim).
 
@@ -338,16 +358,8 @@ class CatFrames(_FrameBuffers):
         return self.as_inverse
 
     def _unfold(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if tensordict.batch_dims == 0:
-            raise ValueError(
-                "CatFrames: expected data whose last batch dim is time, got a tensordict "
-                "with batch size ()"
-            )
+        wanted, start = _episode_windows(tensordict, self.done_key, self.N, "CatFrames")
         batch_ndim = tensordict.batch_dims
-        start = _episode_starts(tensordict, self.done_key)
-        steps = torch.arange(tensordict.shape[-1], device=start.device)
-        offsets = torch.arange(1 - self.N, 1, device=start.device)
-        wanted = (steps.unsqueeze(-1) + offsets).expand(*start.shape, self.N)
         start_k = start.unsqueeze(-1)
         positions = torch.maximum(wanted, start_k)
         valid = wanted >= start_k
@@ -513,16 +525,8 @@ class TimeMaxPool(_FrameBuffers):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Pool sequence data (time is the last batch dim) within each trajectory."""
-        if tensordict.batch_dims == 0:
-            raise ValueError(
-                "TimeMaxPool: expected data whose last batch dim is time, got a tensordict "
-                "with batch size ()"
-            )
+        wanted, start = _episode_windows(tensordict, self.done_key, self.T, "TimeMaxPool")
         batch_ndim = tensordict.batch_dims
-        start = _episode_starts(tensordict, self.done_key)
-        steps = torch.arange(tensordict.shape[-1], device=start.device)
-        offsets = torch.arange(1 - self.T, 1, device=start.device)
-        wanted = (steps.unsqueeze(-1) + offsets).expand(*start.shape, self.T)
         positions = torch.maximum(wanted, start.unsqueeze(-1))
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             data = tensordict.get(in_key, None)
