@@ -657,6 +657,16 @@ class EnvBase(EnvKeys, nn.Module):
             out=out,
         )
 
+    def _random_rollout(
+        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
+    ) -> TensorDictBase | None:
+        """A faster equivalent of ``rollout(max_steps)`` with random actions, or None.
+
+        Envs that can produce exactly the data of the generic loop more cheaply (same
+        random draws, same resets) override this; None means "use the generic loop".
+        """
+        return None
+
     # ----------------------------------------------------------------- helpers
     def _rand_shape(self, tensordict: TensorDictBase | None) -> torch.Size:
         if tensordict is not None and not self._batch_locked:

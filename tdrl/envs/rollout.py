@@ -8,7 +8,8 @@ were set and never validate data per step.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -133,6 +134,23 @@ def _set_truncated(env: EnvBase, next_data: TensorDictBase) -> None:
         )
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause automatic garbage collection; restore the caller's setting on exit.
+
+    A rollout allocates a few short-lived objects per step and keeps one tensordict per
+    step; the cyclic garbage collector would walk every kept step on each full pass.
+    Nothing is lost: unreachable cycles made meanwhile are collected on the next pass.
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 def _check_break_flags(any_done: bool | None, all_done: bool | None) -> tuple[bool, bool]:
     if any_done and all_done:
         raise ValueError(
@@ -163,6 +181,13 @@ def rollout(
     if max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer, got {max_steps}")
     any_done, all_done = _check_break_flags(break_when_any_done, break_when_all_done)
+    if policy is None and callback is None and auto_reset and tensordict is None:
+        if return_contiguous and out is None and not all_done:
+            # the env may run random-action rollouts on a cheaper path with the same data
+            with _gc_paused():
+                result = env._random_rollout(max_steps, any_done, set_truncated)
+            if result is not None:
+                return result
     if auto_reset:
         tensordict = env.reset(tensordict)
     elif tensordict is None:
@@ -173,13 +198,7 @@ def rollout(
         policy = env.rand_action
     policy_device = _policy_device(policy) if auto_cast_to_device else None
     cast = policy_device is not None and policy_device != env.device
-    # The loop allocates a few short-lived objects per step and keeps one tensordict per
-    # step; the cyclic garbage collector would walk every kept step on each full pass, so
-    # automatic collection is paused for the loop and restored (if it was on) afterwards.
-    # Nothing is lost: unreachable cycles made meanwhile are collected on the next pass.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         steps = _run(
             env,
             tensordict,
@@ -192,9 +211,6 @@ def rollout(
             cast,
             policy_device,
         )
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return _stack(steps, return_contiguous, out)
 
 

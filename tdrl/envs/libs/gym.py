@@ -20,6 +20,7 @@ from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend
+from tdrl.envs.libs._gym_rollout import random_rollout
 from tdrl.envs.libs._gym_spaces import (
     SpaceCodec,
     gym_space_to_spec,
@@ -41,6 +42,16 @@ __all__ = [
 ]
 
 _DONE_KEYS = ("done", "terminated", "truncated")
+# the methods a random rollout runs; a subclass overriding one takes the generic loop
+_STEP_METHODS = (
+    "_step",
+    "_reset",
+    "reset",
+    "step",
+    "rand_action",
+    "_read_obs",
+    "_simulator_step",
+)
 _CPU = torch.device("cpu")
 
 
@@ -375,17 +386,9 @@ class GymWrapper(GymLikeEnv):
         action = fast_get(tensordict, "action")
         if action is None:
             action = tensordict.get("action")  # raises the usual KeyError
-        action = self._write_action(action)
-        env_step = self._env.step
-        if self.wrapper_frame_skip == 1:
-            observation, reward, terminated, truncated, info = env_step(action)
-        else:
-            reward = 0.0
-            for _ in range(self.wrapper_frame_skip):
-                observation, step_reward, terminated, truncated, info = env_step(action)
-                reward = reward + step_reward
-                if np.any(terminated) or np.any(truncated):
-                    break
+        observation, reward, terminated, truncated, info = self._simulator_step(
+            self._write_action(action)
+        )
         source = self._read_obs(observation)
         if self._is_batched:
             self.__dict__["_last_obs"] = source
@@ -398,6 +401,42 @@ class GymWrapper(GymLikeEnv):
         if self._info_dict_reader:
             self._read_info(info, out)
         return out
+
+    def _random_rollout(
+        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
+    ) -> TensorDictBase | None:
+        """Random-action rollouts of a single plain simulator skip the per-step tensordicts.
+
+        See :mod:`tdrl.envs.libs._gym_rollout`; any configuration that adds work to a step
+        (vector envs, info readers, auto-reset, type checks, a device, or a subclass changing a
+        step method) takes the generic loop. Done completion has nothing to do here: ``_step``
+        writes all three flags.
+        """
+        cls = type(self)
+        plain = (
+            not self._is_batched
+            and not self._info_dict_reader
+            and self._auto_reset_handler is None
+            and not self.run_type_checks
+            and (self.device is None or self.device.type == "cpu")
+            and len(self._cache.action_keys) == 1
+            and all(getattr(cls, name) is getattr(GymWrapper, name) for name in _STEP_METHODS)
+        )
+        if not plain:
+            return None
+        return random_rollout(self, max_steps, break_when_any_done, set_truncated)
+
+    def _simulator_step(self, action: Any) -> tuple:
+        """One call of the simulator's ``step`` (``frame_skip`` calls, rewards summed)."""
+        if self.wrapper_frame_skip == 1:
+            return self._env.step(action)
+        reward = 0.0
+        for _ in range(self.wrapper_frame_skip):
+            observation, step_reward, terminated, truncated, info = self._env.step(action)
+            reward = reward + step_reward
+            if np.any(terminated) or np.any(truncated):
+                break
+        return observation, reward, terminated, truncated, info
 
     def _final_obs(
         self, source: dict[str, Any], terminated: Any, truncated: Any, info: Any

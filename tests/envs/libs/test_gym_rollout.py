@@ -1,0 +1,187 @@
+"""The columnar random-action rollout of single gym envs gives the generic loop's data."""
+
+from __future__ import annotations
+
+import gc
+
+import gymnasium
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import Unbounded
+from tdrl.envs import Compose, StepCounter, TransformedEnv
+from tdrl.envs.libs import gym as gym_module
+from tdrl.envs.libs.gym import GymEnv, GymWrapper, default_info_dict_reader
+
+CLASSIC = ["CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1"]
+BREAKS = [
+    {"break_when_any_done": False},
+    {},
+    {"break_when_any_done": False, "set_truncated": True},
+]
+
+
+@pytest.fixture
+def columnar_calls(monkeypatch):
+    """Counts the calls of the columnar path."""
+    calls = []
+    original = gym_module.random_rollout
+
+    def counting(*args):
+        calls.append(args[1:])
+        return original(*args)
+
+    monkeypatch.setattr(gym_module, "random_rollout", counting)
+    return calls
+
+
+def _both_paths(env, steps: int, **kwargs) -> tuple[TensorDict, TensorDict]:
+    """The rollout without a policy and the same one forced through the generic loop."""
+    env.set_seed(3)
+    torch.manual_seed(1)
+    columnar = env.rollout(steps, **kwargs)
+    env.set_seed(3)
+    torch.manual_seed(1)
+    generic = env.rollout(steps, policy=lambda td: env.rand_action(td), **kwargs)
+    return columnar, generic
+
+
+def _assert_same(columnar: TensorDict, generic: TensorDict) -> None:
+    assert columnar.batch_size == generic.batch_size
+    assert columnar.names == generic.names == ["time"]
+    assert list(columnar.keys(True)) == list(generic.keys(True))
+    for key in generic.keys(True, True):
+        expected, got = generic.get(key), columnar.get(key)
+        assert got.dtype == expected.dtype, key
+        assert got.shape == expected.shape, key
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=str(key))
+
+
+@pytest.mark.parametrize("env_id", CLASSIC)
+@pytest.mark.parametrize("kwargs", BREAKS)
+def test_columnar_rollout_equals_generic_loop(env_id, kwargs, columnar_calls):
+    env = GymEnv(env_id)
+    columnar, generic = _both_paths(env, 250, **kwargs)
+    assert len(columnar_calls) == 1
+    _assert_same(columnar, generic)
+    if kwargs.get("break_when_any_done", True):
+        assert bool(columnar["next", "done"][-1]) or len(columnar) == 250
+    else:
+        assert len(columnar) == 250
+    if kwargs.get("set_truncated"):
+        assert bool(columnar["next", "truncated"][-1]) and bool(columnar["next", "done"][-1])
+
+
+def test_columnar_rollout_crosses_episode_ends():
+    env = GymEnv("CartPole-v1")
+    columnar, generic = _both_paths(env, 400, break_when_any_done=False)
+    _assert_same(columnar, generic)
+    ends = columnar["next", "done"].squeeze(-1).nonzero().squeeze(-1)
+    assert len(ends) >= 2
+    # each episode end is followed by a reset observation, not the terminal one
+    first = int(ends[0])
+    assert not torch.equal(
+        columnar["observation"][first + 1], columnar["next", "observation"][first]
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GymEnv("CartPole-v1", frame_skip=3),
+        lambda: GymEnv("CartPole-v1", categorical_action_encoding=True),
+        lambda: GymEnv("Pendulum-v1", from_pixels=True, pixels_only=False),
+        lambda: GymWrapper(gymnasium.make("MountainCarContinuous-v0")),
+    ],
+    ids=["frame_skip", "categorical", "pixels", "wrapper"],
+)
+def test_columnar_rollout_options(make, columnar_calls):
+    env = make()
+    columnar, generic = _both_paths(env, 30, break_when_any_done=False)
+    assert len(columnar_calls) == 1
+    _assert_same(columnar, generic)
+    env.close()
+
+
+class _CustomStep(GymWrapper):
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        out.set("reward", out.get("reward") * 2)
+        return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "policy",
+        "callback",
+        "tensordict",
+        "lazy",
+        "out",
+        "all_done",
+        "info_reader",
+        "transformed",
+        "vector",
+        "subclass",
+        "type_checks",
+    ],
+)
+def test_generic_loop_is_used_when_the_columns_would_differ(case, columnar_calls):
+    env = GymEnv("CartPole-v1")
+    kwargs = {"break_when_any_done": False}
+    if case == "policy":
+        kwargs["policy"] = env.rand_action
+    elif case == "callback":
+        kwargs["callback"] = lambda env, td: None
+    elif case == "tensordict":
+        kwargs["tensordict"] = TensorDict(extra=torch.zeros(()))
+    elif case == "lazy":
+        kwargs["return_contiguous"] = False
+    elif case == "out":
+        kwargs["out"] = env.rollout(5, policy=env.rand_action).clone()
+    elif case == "all_done":
+        kwargs = {"break_when_all_done": True}
+    elif case == "info_reader":
+        env = GymEnv("Pendulum-v1").set_info_dict_reader(
+            default_info_dict_reader(["x"], spec=[Unbounded(())])
+        )
+    elif case == "transformed":
+        env = TransformedEnv(GymEnv("CartPole-v1"), Compose(StepCounter()))
+    elif case == "vector":
+        env = GymEnv("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    elif case == "subclass":
+        env = _CustomStep(gymnasium.make("CartPole-v1"))
+    elif case == "type_checks":
+        env = GymEnv("CartPole-v1", run_type_checks=True)
+    steps = 5
+    data = env.rollout(steps, **kwargs)
+    assert columnar_calls == []
+    assert data.shape[-1] <= steps
+    if case == "subclass":
+        # the subclass's own _step ran
+        assert set(data["next", "reward"].unique().tolist()) == {2.0}
+    env.close()
+
+
+def test_columnar_rollout_keeps_garbage_collection_setting():
+    env = GymEnv("CartPole-v1")
+    assert gc.isenabled()
+    env.rollout(20, break_when_any_done=False)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        env.rollout(20, break_when_any_done=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_columnar_rollout_data_owns_its_memory():
+    env = GymEnv("CartPole-v1")
+    data = env.rollout(10, break_when_any_done=False)
+    before = data.clone()
+    env.rollout(10, break_when_any_done=False)
+    assert (data == before).all()
+    data["next", "done"].fill_(True)
+    assert not bool(data["done"].any())
