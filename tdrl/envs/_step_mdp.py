@@ -79,6 +79,26 @@ def fast_set(td: TensorDictBase, key: Any, value: Any) -> TensorDictBase:
     return td.set(key, value)
 
 
+def set_next(td: TensorDictBase, next_td: TensorDictBase) -> None:
+    """``td.set("next", next_td)``; a dict store when both are plain tensordicts that agree.
+
+    A step output built by the env has the input's batch size and device and no dim names,
+    so ``set`` would neither move, reshape nor rename it; anything else goes through ``set``.
+    """
+    if (
+        type(td) is TensorDict
+        and type(next_td) is TensorDict
+        and next_td.batch_size == td.batch_size
+        and next_td.device == td.device
+        and td._td_dim_names is None
+        and next_td._td_dim_names is None
+        and not td.is_locked
+    ):
+        td._tensordict["next"] = next_td
+    else:
+        td.set("next", next_td)
+
+
 def _merge(
     root: TensorDictBase | None,
     nxt: TensorDictBase,

@@ -29,7 +29,13 @@ from tdrl.envs._keys import (
     leaf_keys,
     reset_key_for,
 )
-from tdrl.envs._step_mdp import excluded_set, fast_get, fast_set, keep_preset_entries
+from tdrl.envs._step_mdp import (
+    excluded_set,
+    fast_get,
+    fast_set,
+    keep_preset_entries,
+    set_next,
+)
 
 __all__ = ["EnvBase", "seed_generator"]
 
@@ -562,7 +568,7 @@ class EnvBase(EnvKeys, nn.Module):
             )
         if preset is not None:
             keep_preset_entries(preset, next_tensordict)
-        fast_set(tensordict, "next", next_tensordict)
+        set_next(tensordict, next_tensordict)
         return tensordict
 
     def _finish_step(
@@ -664,6 +670,18 @@ class EnvBase(EnvKeys, nn.Module):
 
         Envs that can produce exactly the data of the generic loop more cheaply (same
         random draws, same resets) override this; None means "use the generic loop".
+        """
+        return None
+
+    def _direct_stepper(
+        self, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
+    ) -> Callable[[], bool] | None:
+        """A step writing straight into preallocated ``outputs`` buffers, or None.
+
+        Batched envs offer each sub-env the views of its buffers (``action`` to read,
+        ``outputs`` mapping each step-output key to its buffer); an env whose step can
+        fill them in place, with exactly what ``step`` would produce, returns a callable
+        that does so and returns the done flag. None (the default) keeps the generic path.
         """
         return None
 

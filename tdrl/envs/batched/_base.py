@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
 
-from tdrl.envs._step_mdp import merge_next
+from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
 from tdrl.envs.batched import _shared
 from tdrl.envs.batched._runner import CALLABLE
 from tdrl.envs.batched._specs import stack_env_specs
@@ -225,6 +225,8 @@ class BatchedEnvBase(EnvBase):
             self._input_views = self._views["input"]
             self._input_pairs = list(self._input_views[0].items(True, True))
             self.__dict__["_fast_inputs"] = not self.non_blocking
+            self._root_pairs = list(self._views["root"][0].items(True, True))
+        self._all_workers = list(range(self.num_workers))
         self._start()
         self.is_closed = False
 
@@ -373,13 +375,7 @@ class BatchedEnvBase(EnvBase):
                 (inputs[i] if inputs else None, sub_masks[i] if sub_masks else None)
                 for i in range(len(workers))
             ]
-        if self.__dict__.get("_fuse_reset") and payloads is None and mask is None:
-            replies = self._run("step_reset", None, workers)
-            resets = [(w, r[1]) for w, r in zip(workers, replies) if r is not None and r[2]]
-            self.__dict__["_fused_resets"] = resets
-            replies = [None if r is None else r[0] for r in replies]
-        else:
-            replies = self._run("step", None, workers, payloads) if workers else []
+        replies = self._run("step", None, workers, payloads) if workers else []
         out = self._read("next", replies, workers)
         if len(workers) < self.num_workers:
             skipped = sorted(set(range(self.num_workers)) - set(workers))
@@ -392,10 +388,12 @@ class BatchedEnvBase(EnvBase):
             and not self.share_individual_td
             and not self.batch_size[1:]
             and not self.auto_reset
+            and not self.run_type_checks
             and self.reset_keys == ["_reset"]
             and "done" in self.done_keys
             and not self._layout.pipe_keys[0]["input"]
-            and tensordict.get("_step", None) is None
+            and tensordict.batch_size == self.batch_size
+            and fast_get(tensordict, "_step") is None
         )
 
     def step_and_maybe_reset(
@@ -409,27 +407,62 @@ class BatchedEnvBase(EnvBase):
         """
         if not self._can_fuse(tensordict):
             return super().step_and_maybe_reset(tensordict)
-        self.__dict__["_fuse_reset"] = True
-        self.__dict__["_fused_resets"] = []
-        try:
-            tensordict = self.step(tensordict)
-        finally:
-            self.__dict__["_fuse_reset"] = False
+        self._ensure_started()
+        workers = self._all_workers
+        self._write_inputs(tensordict, workers)
+        replies = self._run("step_reset", None, workers)
+        step_replies = None
+        resets = None
+        for w, reply in enumerate(replies):
+            if reply is None:
+                continue
+            if step_replies is None:
+                step_replies = [None] * len(replies)
+            step_replies[w] = reply[0]
+            if reply[2]:
+                resets = resets or []
+                resets.append((w, reply[1]))
+        if step_replies is None:
+            nxt = _shared.read_region(self._views["next"], self._missing["next"])
+            nxt = self._to_device(nxt)
+        else:
+            nxt = self._read("next", step_replies, workers)
+        preset = fast_get(tensordict, "next")
+        nxt = self._finish_step(tensordict, nxt)
+        if preset is not None:
+            keep_preset_entries(preset, nxt)
+        set_next(tensordict, nxt)
         tensordict_ = merge_next(tensordict, self._cache.mdp_excluded, True)
-        resets = self.__dict__.pop("_fused_resets", [])
         if resets:
-            workers = [w for w, _ in resets]
-            root = self._read("root", [r for _, r in resets], workers)
-            index = torch.tensor(workers)
-            for key, value in root.items(True, True):
-                current = tensordict_.get(key, None)
-                if isinstance(current, torch.Tensor) and current.shape == value.shape:
-                    value_ = current.clone()
-                    value_[index] = value[index]
-                    tensordict_.set(key, value_)
-                else:
-                    tensordict_.set(key, value)
+            self._merge_resets(tensordict_, resets)
         return tensordict, tensordict_
+
+    def _merge_resets(self, tensordict_: TensorDictBase, resets: list) -> None:
+        """Put the reset outputs of the workers in ``resets`` in the rows of ``tensordict_``."""
+        workers = [w for w, _ in resets]
+        replies = [reply for _, reply in resets]
+        on_cpu = self.device is None or self.device.type == "cpu"
+        if any(reply is not None for reply in replies) or not on_cpu:
+            root = self._read("root", replies, workers)
+            rows = torch.tensor(workers)
+            pairs = [(key, root.get(key)[rows]) for key in root.keys(True, True)]
+        else:
+            # read the reset rows straight from the buffers
+            rows = torch.tensor(workers)
+            pairs = [(key, view[rows]) for key, view in self._root_pairs]
+        for key, value in pairs:
+            current = tensordict_.get(key, None)
+            if isinstance(current, torch.Tensor) and current.shape[1:] == value.shape[1:]:
+                current = current.clone()
+                current[rows] = value
+                tensordict_.set(key, current)
+            elif len(workers) == self.num_workers:
+                tensordict_.set(key, value)
+            else:
+                raise RuntimeError(
+                    f"{type(self).__name__}.step_and_maybe_reset: the reset output has the key "
+                    f"{key!r}, which the step output lacks"
+                )
 
     def _fill_skipped(self, out: TensorDictBase, tensordict: TensorDictBase, skipped: list) -> None:
         """Non-stepped sub-envs keep the input's values (zeros where the input has none)."""

@@ -120,11 +120,25 @@ class EnvRunner:
             and not getattr(env, "run_type_checks", False)
             and hasattr(env, "_finish_step")
         )
+        self.direct_step = None
+        if self.fast_step:
+            self.direct_step = self._direct_stepper(env, views)
         self.flat_input = None
         if self.input_td is not None and all(
             isinstance(key, str) for key in self.input_td.keys(True, True)
         ):
             self.flat_input = list(self.input_td.items())
+
+    @staticmethod
+    def _direct_stepper(env: Any, views: dict[str, list]) -> Callable[[], bool] | None:
+        """The env's in-place step over these buffers, when it has one (see EnvBase)."""
+        inputs = views["input"]
+        if len(inputs) != 1 or inputs[0][0] != env.action_key:
+            return None
+        outputs = {key: tensor for key, tensor, _ in views["next"]}
+        if len(outputs) != len(views["next"]):
+            return None
+        return env._direct_stepper(inputs[0][1], outputs)
 
     # ------------------------------------------------------------------ commands
     def _input(self, data: Any) -> TensorDictBase:
@@ -150,6 +164,9 @@ class EnvRunner:
     def step(self, payload: Any) -> Any:
         """Step the env; ``payload`` is ``(inputs, sub_mask)`` or None."""
         env = self.env
+        if payload is None and self.direct_step is not None:
+            self.direct_step()
+            return None
         if payload is None and self.fast_step:
             # The protocol of EnvBase.step without its input checks and "next" bookkeeping.
             td = self._fresh_input()
@@ -166,6 +183,10 @@ class EnvRunner:
 
         Returns None (no reset, nothing to report) or ``(step_reply, reset_reply, reset)``.
         """
+        if payload is None and self.direct_step is not None:
+            if self.direct_step():
+                return (None, self.reset(None), True)
+            return None
         step_reply = self.step(payload)
         if self.done_flags is not None and self.done_flags.any():
             return (step_reply, self.reset(None), True)

@@ -1,4 +1,4 @@
-"""Random-action rollouts of a single gym env, kept in columns.
+"""Fast paths of a single plain gym env: columnar random rollouts and in-place steps.
 
 ``env.rollout(n)`` with no policy steps the env with :meth:`~tdrl.envs.EnvBase.rand_action`.
 For a plain :class:`~tdrl.envs.libs.gym.GymWrapper` (one simulator, no info readers, no
@@ -7,11 +7,16 @@ observation tensors and its reward and done flags as Python values, and every te
 result is built once, at the end. The data is identical to the generic loop's: the same random
 draws in the same order, the same resets, the same dtypes and shapes. Only the two tensordicts
 and the four one-element tensors the generic loop builds per step are skipped.
+
+Batched envs keep each sub-env's step output in preallocated buffers; for such an env,
+:func:`direct_stepper` writes the simulator's results straight into them (the same values the
+env's ``_step`` returns) instead of building a tensordict to copy from.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict
@@ -19,7 +24,7 @@ from tensordict import TensorDict
 if TYPE_CHECKING:
     from tdrl.envs.libs.gym import GymWrapper
 
-__all__ = ["random_rollout"]
+__all__ = ["direct_stepper", "random_rollout"]
 
 _FLAGS = ("done", "terminated", "truncated")
 
@@ -98,3 +103,46 @@ def _columns(
     result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
     result.refine_names("time")
     return result
+
+
+def direct_stepper(
+    env: GymWrapper, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
+) -> Callable[[], bool] | None:
+    """A callable stepping ``env`` with the value of ``action`` and writing into ``outputs``.
+
+    ``outputs`` must hold exactly the keys of the env's step output (observations, reward and
+    the three flags) as CPU tensors of the spec shapes; otherwise the result is None. The
+    callable returns whether the step ended the episode.
+    """
+    obs_keys = [key for key, _ in env._obs_readers]
+    if env.from_pixels:
+        obs_keys.append("pixels")
+    if set(outputs) != {*obs_keys, "reward", *_FLAGS} or any(
+        value.device.type != "cpu" for value in outputs.values()
+    ):
+        return None
+    write_action = env._write_action
+    simulator_step = env._simulator_step
+    read_obs = env._read_obs
+    observation_buffers = [(key, outputs[key]) for key in obs_keys]
+    # numpy views of the one-element buffers: a store is cheaper than a tensor op
+    reward = outputs["reward"].numpy().reshape(-1)
+    terminated_out = outputs["terminated"].numpy().reshape(-1)
+    truncated_out = outputs["truncated"].numpy().reshape(-1)
+    done_out = outputs["done"].numpy().reshape(-1)
+
+    def step() -> bool:
+        observation, step_reward, terminated, truncated, _ = simulator_step(write_action(action))
+        terminated = bool(terminated)
+        truncated = bool(truncated)
+        values = read_obs(observation)
+        for key, buffer in observation_buffers:
+            buffer.copy_(values[key])
+        reward[0] = step_reward
+        terminated_out[0] = terminated
+        truncated_out[0] = truncated
+        done = terminated or truncated
+        done_out[0] = done
+        return done
+
+    return step

@@ -20,7 +20,7 @@ from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend
-from tdrl.envs.libs._gym_rollout import random_rollout
+from tdrl.envs.libs._gym_rollout import direct_stepper, random_rollout
 from tdrl.envs.libs._gym_spaces import (
     SpaceCodec,
     gym_space_to_spec,
@@ -412,8 +412,28 @@ class GymWrapper(GymLikeEnv):
         step method) takes the generic loop. Done completion has nothing to do here: ``_step``
         writes all three flags.
         """
+        if not self._is_plain_single():
+            return None
+        return random_rollout(self, max_steps, break_when_any_done, set_truncated)
+
+    def _direct_stepper(
+        self, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
+    ) -> Callable[[], bool] | None:
+        """A step that reads ``action`` and writes its results into ``outputs``, or None.
+
+        Batched envs call it with their buffer views (``outputs`` maps each key of the step
+        output to its buffer); the returned callable steps the simulator, writes every
+        entry in place and returns the done flag. None when a step here does more than the
+        simulator call (see :meth:`_random_rollout`) or the keys differ from this env's.
+        """
+        if not self._is_plain_single():
+            return None
+        return direct_stepper(self, action, outputs)
+
+    def _is_plain_single(self) -> bool:
+        """Whether a step is exactly: simulator step, observation readers, reward and flags."""
         cls = type(self)
-        plain = (
+        return (
             not self._is_batched
             and not self._info_dict_reader
             and self._auto_reset_handler is None
@@ -422,9 +442,6 @@ class GymWrapper(GymLikeEnv):
             and len(self._cache.action_keys) == 1
             and all(getattr(cls, name) is getattr(GymWrapper, name) for name in _STEP_METHODS)
         )
-        if not plain:
-            return None
-        return random_rollout(self, max_steps, break_when_any_done, set_truncated)
 
     def _simulator_step(self, action: Any) -> tuple:
         """One call of the simulator's ``step`` (``frame_skip`` calls, rewards summed)."""

@@ -202,3 +202,39 @@ def test_fused_step_and_maybe_reset_matches_the_generic_one(cls):
     for (a, b, c), (x, y, z) in zip(*runs):
         assert (a == x).all() and (b == y).all() and (c == z).all()
     assert runs[0][1][1][0, 0] == 0.0  # the first env was reset after its second step
+
+
+def _untransformed_cartpole():
+    from tdrl.envs import Compose, TransformedEnv
+
+    # an empty transform keeps the data and takes the generic sub-env step
+    return TransformedEnv(GymEnv("CartPole-v1"), Compose())
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_in_place_gym_steps_match_the_generic_sub_env_step(cls):
+    runs = []
+    for make in (partial(GymEnv, "CartPole-v1"), _untransformed_cartpole):
+        env = cls(3, make)
+        env.set_seed(7)
+        torch.manual_seed(0)
+        td = env.reset()
+        seq = []
+        for _ in range(60):
+            td = env.rand_action(td)
+            data, td = env.step_and_maybe_reset(td)
+            seq.append((data.clone(), td.clone()))
+        env.close()
+        runs.append(seq)
+    assert sum(bool(data["next", "done"].any()) for data, _ in runs[0]) >= 2
+    for (data, td), (data_, td_) in zip(*runs):
+        assert set(data.keys(True)) == set(data_.keys(True))
+        assert (data == data_).all() and (td == td_).all()
+
+
+def test_gym_sub_envs_step_in_place_unless_wrapped():
+    env = SerialEnv(2, [partial(GymEnv, "CartPole-v1"), _untransformed_cartpole])
+    env.start()
+    direct = [runner.direct_step is not None for runner in env._runners]
+    env.close()
+    assert direct == [True, False]
