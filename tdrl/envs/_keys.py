@@ -61,6 +61,8 @@ class SpecCache:
     action_leaf: Any = None
     reward_leaf: Any = None
     done_leaf: Any = None
+    #: other values derived from the keys, filled lazily by their users (gone with the cache)
+    derived: dict = field(default_factory=dict)
 
 
 def group_done_keys(done_keys: list) -> list[tuple[tuple[str, ...], list]]:

@@ -685,6 +685,14 @@ class EnvBase(EnvKeys, nn.Module):
         """
         return None
 
+    def _direct_resetter(self, outputs: dict[Any, torch.Tensor]) -> Callable[[], None] | None:
+        """A full reset writing straight into preallocated ``outputs`` buffers, or None.
+
+        The reset counterpart of :meth:`_direct_stepper`: the callable writes exactly
+        what ``reset()`` would return. None (the default) keeps the generic path.
+        """
+        return None
+
     # ----------------------------------------------------------------- helpers
     def _rand_shape(self, tensordict: TensorDictBase | None) -> torch.Size:
         if tensordict is not None and not self._batch_locked:

@@ -273,7 +273,7 @@ class BatchedEnvBase(EnvBase):
         views = self._input_views
         if len(views) == 1:
             pairs = self._input_pairs
-            values = [tensordict.get(key, None) for key, _ in pairs]
+            values = [fast_get(tensordict, key) for key, _ in pairs]
             if (
                 required
                 and self.__dict__["_fast_inputs"]
@@ -383,15 +383,21 @@ class BatchedEnvBase(EnvBase):
         return out
 
     def _can_fuse(self, tensordict: TensorDictBase) -> bool:
+        cache = self._cache
+        fusable = cache.derived.get("batched_fusable")
+        if fusable is None:
+            fusable = cache.derived["batched_fusable"] = (
+                self._use_buffers
+                and not self.share_individual_td
+                and not self.batch_size[1:]
+                and cache.reset_keys == ["_reset"]
+                and "done" in cache.done_keys
+                and not self._layout.pipe_keys[0]["input"]
+            )
         return (
-            self._use_buffers
-            and not self.share_individual_td
-            and not self.batch_size[1:]
-            and not self.auto_reset
+            fusable
+            and self._auto_reset_handler is None
             and not self.run_type_checks
-            and self.reset_keys == ["_reset"]
-            and "done" in self.done_keys
-            and not self._layout.pipe_keys[0]["input"]
             and tensordict.batch_size == self.batch_size
             and fast_get(tensordict, "_step") is None
         )
@@ -444,20 +450,21 @@ class BatchedEnvBase(EnvBase):
         on_cpu = self.device is None or self.device.type == "cpu"
         if any(reply is not None for reply in replies) or not on_cpu:
             root = self._read("root", replies, workers)
-            rows = torch.tensor(workers)
-            pairs = [(key, root.get(key)[rows]) for key in root.keys(True, True)]
+            pairs = [(key, root.get(key)) for key in root.keys(True, True)]
         else:
-            # read the reset rows straight from the buffers
-            rows = torch.tensor(workers)
-            pairs = [(key, view[rows]) for key, view in self._root_pairs]
+            # the reset rows are read straight from the buffers
+            pairs = self._root_pairs
+        reset = [False] * self.num_workers
+        for w in workers:
+            reset[w] = True
+        reset = torch.tensor(reset, device=pairs[0][1].device if pairs else None)
         for key, value in pairs:
             current = tensordict_.get(key, None)
-            if isinstance(current, torch.Tensor) and current.shape[1:] == value.shape[1:]:
-                current = current.clone()
-                current[rows] = value
-                tensordict_.set(key, current)
+            if isinstance(current, torch.Tensor) and current.shape == value.shape:
+                mask = reset.reshape(-1, *([1] * (value.ndim - 1)))
+                tensordict_.set(key, torch.where(mask, value, current))
             elif len(workers) == self.num_workers:
-                tensordict_.set(key, value)
+                tensordict_.set(key, value.clone())
             else:
                 raise RuntimeError(
                     f"{type(self).__name__}.step_and_maybe_reset: the reset output has the key "

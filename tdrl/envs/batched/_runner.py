@@ -120,9 +120,12 @@ class EnvRunner:
             and not getattr(env, "run_type_checks", False)
             and hasattr(env, "_finish_step")
         )
-        self.direct_step = None
+        self.direct_step = self.direct_reset = None
         if self.fast_step:
             self.direct_step = self._direct_stepper(env, views)
+            root = {key: tensor for key, tensor, _ in views["root"]}
+            if len(root) == len(views["root"]):
+                self.direct_reset = env._direct_resetter(root)
         self.flat_input = None
         if self.input_td is not None and all(
             isinstance(key, str) for key in self.input_td.keys(True, True)
@@ -187,6 +190,7 @@ class EnvRunner:
             if self.direct_step():
                 return (None, self.reset(None), True)
             return None
+
         step_reply = self.step(payload)
         if self.done_flags is not None and self.done_flags.any():
             return (step_reply, self.reset(None), True)
@@ -202,6 +206,9 @@ class EnvRunner:
 
     def reset(self, payload: Any) -> Any:
         """Reset the env; ``payload`` is ``(kwargs, reset_entries, use_state)`` or None."""
+        if payload is None and self.direct_reset is not None:
+            self.direct_reset()
+            return None
         kwargs, entries, use_state = payload if payload is not None else ({}, None, False)
         td = None
         if entries is not None or use_state:

@@ -24,7 +24,7 @@ from tensordict import TensorDict
 if TYPE_CHECKING:
     from tdrl.envs.libs.gym import GymWrapper
 
-__all__ = ["direct_stepper", "random_rollout"]
+__all__ = ["direct_resetter", "direct_stepper", "random_rollout"]
 
 _FLAGS = ("done", "terminated", "truncated")
 
@@ -114,17 +114,14 @@ def direct_stepper(
     the three flags) as CPU tensors of the spec shapes; otherwise the result is None. The
     callable returns whether the step ended the episode.
     """
-    obs_keys = [key for key, _ in env._obs_readers]
-    if env.from_pixels:
-        obs_keys.append("pixels")
+    obs_keys = _observation_keys(env)
     if set(outputs) != {*obs_keys, "reward", *_FLAGS} or any(
         value.device.type != "cpu" for value in outputs.values()
     ):
         return None
-    write_action = env._write_action
-    simulator_step = env._simulator_step
-    read_obs = env._read_obs
-    observation_buffers = [(key, outputs[key]) for key in obs_keys]
+    simulator_step = env._env.step if env.wrapper_frame_skip == 1 else env._simulator_step
+    write_action = _action_writer(env, action)
+    read_observation = _observation_writer(env, obs_keys, outputs)
     # numpy views of the one-element buffers: a store is cheaper than a tensor op
     reward = outputs["reward"].numpy().reshape(-1)
     terminated_out = outputs["terminated"].numpy().reshape(-1)
@@ -132,12 +129,10 @@ def direct_stepper(
     done_out = outputs["done"].numpy().reshape(-1)
 
     def step() -> bool:
-        observation, step_reward, terminated, truncated, _ = simulator_step(write_action(action))
+        observation, step_reward, terminated, truncated, _ = simulator_step(write_action())
         terminated = bool(terminated)
         truncated = bool(truncated)
-        values = read_obs(observation)
-        for key, buffer in observation_buffers:
-            buffer.copy_(values[key])
+        read_observation(observation)
         reward[0] = step_reward
         terminated_out[0] = terminated
         truncated_out[0] = truncated
@@ -146,3 +141,72 @@ def direct_stepper(
         return done
 
     return step
+
+
+def direct_resetter(env: GymWrapper, outputs: dict[Any, torch.Tensor]) -> Callable[[], None] | None:
+    """A callable resetting ``env`` and writing the reset data into ``outputs``, or None.
+
+    ``outputs`` must hold exactly the keys of the env's reset output (observations and the
+    three flags, which a gym reset leaves False).
+    """
+    obs_keys = _observation_keys(env)
+    if set(outputs) != {*obs_keys, *_FLAGS} or any(
+        value.device.type != "cpu" for value in outputs.values()
+    ):
+        return None
+    simulator_reset = env._env.reset
+    read_observation = _observation_writer(env, obs_keys, outputs)
+    flags = [outputs[flag] for flag in _FLAGS]
+
+    def reset() -> None:
+        observation, _ = simulator_reset()
+        read_observation(observation)
+        for flag in flags:
+            flag.zero_()
+
+    return reset
+
+
+def _observation_keys(env: GymWrapper) -> list:
+    keys = [key for key, _ in env._obs_readers]
+    if env.from_pixels:
+        keys.append("pixels")
+    return keys
+
+
+def _action_writer(env: GymWrapper, action: torch.Tensor) -> Callable[[], Any]:
+    """The simulator's action from the current value of ``action`` (a buffer view)."""
+    write_numpy = env._action_codec.write_numpy
+    if env._convert_actions_to_numpy and write_numpy is not None:
+        array = action.numpy()
+        return lambda: write_numpy(array)
+    write_action = env._write_action
+    return lambda: write_action(action)
+
+
+def _observation_writer(
+    env: GymWrapper, obs_keys: list, outputs: dict[Any, torch.Tensor]
+) -> Callable[[Any], None]:
+    """Writes a simulator observation into the observation buffers."""
+    codecs = env._obs_codecs
+    if not env.from_pixels and all(codecs[key].read_into is not None for key in obs_keys):
+        # numpy stores into numpy views of the buffers, no tensor in between
+        targets = [(key, codecs[key].read_into, outputs[key].numpy()) for key in obs_keys]
+        if env._obs_is_dict:
+
+            def write_dict(observation: Any) -> None:
+                for key, read_into, out in targets:
+                    read_into(out, observation[key])
+
+            return write_dict
+        ((_, read_into, out),) = targets
+        return lambda observation: read_into(out, observation)
+    read_obs = env._read_obs
+    buffers = [(key, outputs[key]) for key in obs_keys]
+
+    def write(observation: Any) -> None:
+        values = read_obs(observation)
+        for key, buffer in buffers:
+            buffer.copy_(values[key])
+
+    return write

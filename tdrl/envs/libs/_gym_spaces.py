@@ -64,11 +64,15 @@ class SpaceCodec:
         spec: the tdrl spec of the space, with the env's batch dims leading.
         read: simulator data (numpy / python) -> tensor, TensorDict or non-tensor data.
         write: tensor (or TensorDict) -> simulator data, for action spaces.
+        read_into: where simple, ``read`` written into a numpy view of a buffer (same values).
+        write_numpy: where simple, ``write`` of a numpy view of the tensor (same result).
     """
 
     spec: TensorSpec
     read: Reader
     write: Writer
+    read_into: Callable[[np.ndarray, Any], None] | None = None
+    write_numpy: Callable[[np.ndarray], Any] | None = None
 
 
 def _torch_dtype(space: Any) -> torch.dtype:
@@ -147,15 +151,19 @@ def _box(space: Any, batch: tuple, categorical: bool, device: torch.device) -> S
 
     event_shape = batch + tuple(space.shape)
 
-    def write(value: torch.Tensor) -> np.ndarray:
-        array = _tensor_to_numpy(value)
+    def write_numpy(array: np.ndarray) -> np.ndarray:
         if array.dtype != np_dtype:
             array = array.astype(np_dtype)
-        if array.shape != event_shape:
-            array = array.reshape(event_shape)
-        return array
+        return array if array.shape == event_shape else array.reshape(event_shape)
 
-    return SpaceCodec(spec.expand(*full) if batch else spec, read, write)
+    def write(value: torch.Tensor) -> np.ndarray:
+        return write_numpy(_tensor_to_numpy(value))
+
+    def read_into(out: np.ndarray, value: Any) -> None:
+        value = np.asarray(value)
+        out[...] = value if value.shape == out.shape else value.reshape(out.shape)
+
+    return SpaceCodec(spec.expand(*full) if batch else spec, read, write, read_into, write_numpy)
 
 
 @_handles("Discrete")
@@ -199,10 +207,15 @@ def _discrete(space: Any, batch: tuple, categorical: bool, device: torch.device)
         def read(value: Any) -> torch.Tensor:
             return eye[int(value) - start]
 
-        def write(value: torch.Tensor) -> int:
-            return int(_tensor_to_numpy(value).argmax()) + start
+        def write_numpy(array: np.ndarray) -> int:
+            return int(array.argmax()) + start
 
-    return SpaceCodec(spec.expand(*batch, n) if batch else spec, read, write)
+        def write(value: torch.Tensor) -> int:
+            return write_numpy(_tensor_to_numpy(value))
+
+        return SpaceCodec(spec, read, write, write_numpy=write_numpy)
+
+    return SpaceCodec(spec.expand(*batch, n), read, write)
 
 
 @_handles("MultiDiscrete")

@@ -20,7 +20,7 @@ from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend
-from tdrl.envs.libs._gym_rollout import direct_stepper, random_rollout
+from tdrl.envs.libs._gym_rollout import direct_resetter, direct_stepper, random_rollout
 from tdrl.envs.libs._gym_spaces import (
     SpaceCodec,
     gym_space_to_spec,
@@ -293,6 +293,7 @@ class GymWrapper(GymLikeEnv):
             for key, codec in codecs.items():
                 obs_entries[key] = codec.spec
                 self._obs_readers.append((key, codec.read))
+        self._obs_codecs: dict[str, SpaceCodec] = {key: codecs[key] for key, _ in self._obs_readers}
         if self.from_pixels:
             env.reset()
             frame = self._render()
@@ -429,6 +430,12 @@ class GymWrapper(GymLikeEnv):
         if not self._is_plain_single():
             return None
         return direct_stepper(self, action, outputs)
+
+    def _direct_resetter(self, outputs: dict[Any, torch.Tensor]) -> Callable[[], None] | None:
+        """A full reset writing its data into ``outputs`` (see :meth:`_direct_stepper`)."""
+        if not self._is_plain_single():
+            return None
+        return direct_resetter(self, outputs)
 
     def _is_plain_single(self) -> bool:
         """Whether a step is exactly: simulator step, observation readers, reward and flags."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 import gymnasium
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -185,3 +186,69 @@ def test_columnar_rollout_data_owns_its_memory():
     assert (data == before).all()
     data["next", "done"].fill_(True)
     assert not bool(data["done"].any())
+
+
+# --------------------------------------------------------------------------- in-place steps
+
+
+class _TwoBoxEnv(gymnasium.Env):
+    """Dict observations of two boxes, one given as float64 for a float32 space."""
+
+    def __init__(self):
+        self.observation_space = gymnasium.spaces.Dict(
+            {
+                "a": gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+                "b": gymnasium.spaces.Box(-1.0, 1.0, shape=(), dtype=np.float64),
+            }
+        )
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.t = 0
+
+    def _obs(self):
+        return {"a": np.full(2, self.t / 7, dtype=np.float64), "b": np.float64(self.t / 3)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action[0]), self.t % 5 == 0, False, {}
+
+
+def _info_env():
+    from tests.envs.libs.test_gym import InfoEnv
+
+    return GymWrapper(InfoEnv(episode_len=3))
+
+
+@pytest.mark.parametrize(
+    "make, in_place",
+    [
+        (lambda: GymWrapper(_TwoBoxEnv()), True),
+        (lambda: GymEnv("Pendulum-v1", frame_skip=2), True),
+        # nested action / observation entries: the sub-env takes the generic step
+        (_info_env, False),
+    ],
+    ids=["box_dict", "frame_skip", "nested_entries"],
+)
+def test_in_place_steps_of_batched_envs_equal_the_generic_step(make, in_place):
+    from tdrl.envs import SerialEnv
+
+    runs, direct = [], []
+    for wrap in (False, True):
+        env = SerialEnv(2, (lambda: TransformedEnv(make(), Compose())) if wrap else make)
+        env.set_seed(5)
+        torch.manual_seed(0)
+        td = env.reset()
+        direct.append([runner.direct_step is not None for runner in env._runners])
+        seq = []
+        for _ in range(12):
+            data, td = env.step_and_maybe_reset(env.rand_action(td))
+            seq.append((data.clone(), td.clone()))
+        env.close()
+        runs.append(seq)
+    assert direct == [[in_place, in_place], [False, False]]
+    for (data, td), (data_, td_) in zip(*runs):
+        assert (data == data_).all() and (td == td_).all()

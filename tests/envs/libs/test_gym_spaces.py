@@ -167,3 +167,30 @@ def test_unsupported_space_raises_type_error():
 def test_spec_to_space(spec, space_type):
     space = spec_to_gym_space(spec, spaces)
     assert type(space).__name__ == space_type
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32), np.array([0.1, 0.2, 0.3])),
+        (spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32), np.float64(0.7)),
+        (spaces.Box(0, 9, shape=(2, 2), dtype=np.int64), np.arange(4).reshape(2, 2)),
+    ],
+)
+def test_box_numpy_converters_match_the_tensor_ones(space, value):
+    codec = make_space_codec(space, (), False, torch.device("cpu"))
+    expected = codec.read(value)
+    out = torch.zeros_like(expected)
+    codec.read_into(out.numpy(), value)
+    assert torch.equal(out, expected)
+    action = codec.spec.rand()
+    assert np.array_equal(codec.write_numpy(action.numpy()), codec.write(action))
+
+
+def test_discrete_numpy_writer_matches_the_tensor_one():
+    codec = make_space_codec(spaces.Discrete(4, start=2), (), False, torch.device("cpu"))
+    action = codec.spec.rand()
+    assert codec.write_numpy(action.numpy()) == codec.write(action)
+    assert codec.read_into is None
+    batched = make_space_codec(spaces.Discrete(4), (2,), False, torch.device("cpu"))
+    assert batched.write_numpy is None
