@@ -62,14 +62,18 @@ class _SlotPool:
     and a value is written through a numpy view of the block, so a step's reward and done flags
     cost a few numpy stores instead of four tensor constructions. Every call returns a distinct
     row, so no two steps share memory; a block is freed once none of its rows is referenced.
+    Blocks start small and double up to ``max_block_size``, so an env that is built but
+    stepped little (or stepped in place by a batched env) does not pay for a large block.
     """
 
-    def __init__(self, dtype: torch.dtype, block_size: int = 4096) -> None:
+    def __init__(self, dtype: torch.dtype, max_block_size: int = 4096) -> None:
         self._dtype = dtype
-        self._block_size = block_size
-        self._refill()
+        self._max_block_size = max_block_size
+        self._block_size = 0
+        self._next = 0
 
     def _refill(self) -> None:
+        self._block_size = min(max(2 * self._block_size, 32), self._max_block_size)
         block = torch.empty(self._block_size, 1, dtype=self._dtype)
         self._array = block.numpy()
         self._rows = block.unbind(0)

@@ -514,3 +514,16 @@ def test_gym_backend_when_installed():
     with set_gym_backend(gym):
         env = GymEnv("CartPole-v1")
         check_env_specs(env)
+
+
+def test_slot_pool_hands_out_distinct_rows_from_growing_blocks():
+    from tdrl.envs.libs.gym import _SlotPool
+
+    pool = _SlotPool(torch.float32, max_block_size=64)
+    assert pool._block_size == 0  # nothing allocated before the first value
+    values = [pool.take(float(i)) for i in range(200)]
+    assert [float(v) for v in values] == [float(i) for i in range(200)]
+    assert all(v.shape == (1,) and v.dtype == torch.float32 for v in values)
+    assert pool._block_size == 64
+    values[0].fill_(-1.0)
+    assert float(values[1]) == 1.0 and float(values[199]) == 199.0
