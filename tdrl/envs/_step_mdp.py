@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase, unravel_key
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, unravel_key
 
 from tdrl.envs._keys import as_tuple
 
@@ -182,6 +182,12 @@ def merge_next(
         flat = _merge_flat(tensordict, excluded)
         if flat is not None:
             return flat
+    if type(tensordict) is LazyStackedTensorDict:
+        # sub-envs with different shapes: merge each stacked element on its own
+        return LazyStackedTensorDict.lazy_stack(
+            [merge_next(td, excluded, keep_other, kept_root) for td in tensordict.tensordicts],
+            tensordict.stack_dim,
+        )
     nxt = fast_get(tensordict, "next")
     if nxt is None:
         raise KeyError("step_mdp expects a 'next' entry in the input tensordict; none was found")

@@ -238,3 +238,28 @@ def test_gym_sub_envs_step_in_place_unless_wrapped():
     direct = [runner.direct_step is not None for runner in env._runners]
     env.close()
     assert direct == [True, False]
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_rollout_over_sub_envs_of_different_shapes(cls):
+    makers = [partial(SizedEnv, 3, max_steps=4), partial(SizedEnv, 5, max_steps=4)]
+    env = cls(2, makers)
+    data = env.rollout(9, break_when_any_done=False)
+    assert data.batch_size == (2, 9) and data.names == [None, "time"]
+    td = env.reset()
+    pairs = []
+    for _ in range(9):
+        stepped, td = env.step_and_maybe_reset(env.rand_action(td))
+        pairs.append((stepped[1]["next", "observation"].clone(), td[1]["observation"].clone()))
+    env.close()
+    for w, make in enumerate(makers):
+        alone = make().rollout(9, break_when_any_done=False)
+        assert (data[w]["next", "observation"] == alone["next", "observation"]).all()
+        assert (data[w]["observation"] == alone["observation"]).all()
+        assert (data[w]["next", "done"] == alone["next", "done"]).all()
+    assert bool(data[0]["next", "done"].any())  # episodes ended and were reset
+    alone = makers[1]().rollout(9, break_when_any_done=False)
+    for t, (next_obs, root_obs) in enumerate(pairs):
+        assert (next_obs == alone["next", "observation"][t]).all()
+        if t + 1 < 9:
+            assert (root_obs == alone["observation"][t + 1]).all()
