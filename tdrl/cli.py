@@ -36,6 +36,11 @@ KNOWN_TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("bench_rb", "extend_1000_ratio"): ("<=", 1.5),
     ("bench_rb", "extend_10000_ratio"): ("<=", 1.5),
     ("bench_env", "env=counting rollout_over_plain"): ("<=", 2.0),
+    ("bench_batched", "parallel_over_async"): (">=", 1.0),
+    ("bench_batched", "serial_over_sync"): (">=", 0.5),
+    ("bench_batched", "startup_ratio"): ("<=", 2.0),
+    ("bench_slice", "slice_ratio"): ("<=", 5.0),
+    ("bench_slice", "flat_ratio"): ("<=", 0.6),
 }
 
 
