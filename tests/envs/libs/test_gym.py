@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 
 from tdrl.data import Bounded, Categorical, Composite, OneHot
+from tdrl.envs import SerialEnv
 from tdrl.envs.libs.gym import (
     GymEnv,
     GymWrapper,
@@ -507,6 +510,27 @@ def test_mujoco_env():
     check_env_specs(env)
     data = env.rollout(5)
     assert data["next", "observation"].dtype == torch.float64
+    # the columnar random rollout and the generic loop agree on a MuJoCo env too
+    env.set_seed(0)
+    torch.manual_seed(0)
+    columnar = env.rollout(40, break_when_any_done=False)
+    env.set_seed(0)
+    torch.manual_seed(0)
+    generic = env.rollout(40, policy=lambda td: env.rand_action(td), break_when_any_done=False)
+    assert (columnar == generic).all()
+    env.close()
+
+
+def test_mujoco_pixels_and_batched_sub_envs():
+    pytest.importorskip("mujoco")
+    env = GymEnv("InvertedPendulum-v5", from_pixels=True, pixels_only=False)
+    pixels = env.rollout(2)["next", "pixels"]
+    env.close()
+    assert pixels.dtype == torch.uint8 and pixels.shape[-1] == 3 and pixels.float().std() > 0
+    batched = SerialEnv(2, partial(GymEnv, "InvertedPendulum-v5"))
+    data = batched.rollout(10, break_when_any_done=False)
+    batched.close()
+    assert data.batch_size == (2, 10)
 
 
 def test_gym_backend_when_installed():
