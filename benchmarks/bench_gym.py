@@ -5,6 +5,10 @@ and keep observation, action, reward, terminated and truncated for every step, s
 tensors at the end. The two are timed alternately in the same process; the table shows the
 median of the repeats and the ratio tdrl / hand loop (the target is <= 3x).
 
+With no policy, ``rollout`` of a plain GymEnv runs the columnar random-action path. For
+reference, the same rollout with an explicit policy (``policy=env.rand_action``), which runs
+the generic per-step loop, is timed too and reported as ``generic``.
+
     python benchmarks/bench_gym.py [--quick] [--steps N] [--repeats R] [--breakdown]
 """
 
@@ -46,6 +50,10 @@ def hand_loop(env, steps: int, rng: np.random.Generator) -> dict:
 
 def tdrl_rollout(env, steps: int):
     return env.rollout(steps, break_when_any_done=False)
+
+
+def tdrl_generic_rollout(env, steps: int):
+    return env.rollout(steps, policy=env.rand_action, break_when_any_done=False)
 
 
 def _per_call_us(fn, calls: int) -> float:
@@ -112,7 +120,7 @@ def main() -> None:
     hand_loop(raw_env, 100, rng)
     tdrl_rollout(env, 100)
 
-    hand_wall, hand_cpu, tdrl_wall, tdrl_cpu = [], [], [], []
+    hand_wall, hand_cpu, tdrl_wall, tdrl_cpu, generic_wall = [], [], [], [], []
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.process_time()
         hand_loop(raw_env, steps, rng)
@@ -122,6 +130,9 @@ def main() -> None:
         data = tdrl_rollout(env, steps)
         tdrl_wall.append(time.perf_counter() - wall)
         tdrl_cpu.append(time.process_time() - cpu)
+        wall = time.perf_counter()
+        tdrl_generic_rollout(env, steps)
+        generic_wall.append(time.perf_counter() - wall)
     assert data.batch_size == torch.Size([steps])
 
     medians = {
@@ -131,6 +142,7 @@ def main() -> None:
             ("hand_cpu", hand_cpu),
             ("tdrl_wall", tdrl_wall),
             ("tdrl_cpu", tdrl_cpu),
+            ("generic_wall", generic_wall),
         )
     }
     ratio_wall = medians["tdrl_wall"] / medians["hand_wall"]
@@ -143,7 +155,12 @@ def main() -> None:
         print(
             f"{label:<12}{wall:>10.4f}{cpu:>10.4f}{wall / steps * 1e6:>12.2f}{cpu / steps * 1e6:>12.2f}"
         )
+    generic_ratio = medians["generic_wall"] / medians["hand_wall"]
     print(f"ratio tdrl / hand loop: wall {ratio_wall:.2f}x, cpu {ratio_cpu:.2f}x (target <= 3x)")
+    print(
+        f"generic loop (policy=env.rand_action): {medians['generic_wall'] / steps * 1e6:.2f} us/step, "
+        f"{generic_ratio:.2f}x the hand loop (reference)"
+    )
     result = {
         "benchmark": "gym_rollout",
         "env": ENV_ID,
@@ -157,6 +174,8 @@ def main() -> None:
         "tdrl_us_per_step": medians["tdrl_wall"] / steps * 1e6,
         "ratio": ratio_wall,
         "ratio_cpu": ratio_cpu,
+        "generic_us_per_step": medians["generic_wall"] / steps * 1e6,
+        "generic_over_hand": generic_ratio,
         "target": 3.0,
     }
     if args.breakdown:
