@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.data import Bounded, Categorical, Unbounded
+from tdrl.envs._step_mdp import fast_get, fast_set
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
 __all__ = ["InitTracker", "StepCounter", "TrajCounter"]
@@ -115,7 +116,7 @@ class StepCounter(Transform):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         max_steps = self.max_steps
         for count_key, truncated_key, done_key, terminated_key in self._levels:
-            count = tensordict.get(count_key, None)
+            count = fast_get(tensordict, count_key)
             if count is None:
                 count = self._zeros_like_done(
                     next_tensordict, (count_key, truncated_key, done_key, terminated_key)
@@ -123,17 +124,17 @@ class StepCounter(Transform):
                 if count is None:
                     continue
             count = count + _ONE
-            next_tensordict.set(count_key, count)
+            fast_set(next_tensordict, count_key, count)
             if max_steps is None:
                 continue
             truncated = count >= max_steps
-            previous = next_tensordict.get(truncated_key, None)
+            previous = fast_get(next_tensordict, truncated_key)
             if previous is not None:
                 truncated = truncated | previous
-            next_tensordict.set(truncated_key, truncated)
+            fast_set(next_tensordict, truncated_key, truncated)
             if self.update_done:
-                done = next_tensordict.get(done_key, None)
-                next_tensordict.set(done_key, truncated if done is None else done | truncated)
+                done = fast_get(next_tensordict, done_key)
+                fast_set(next_tensordict, done_key, truncated if done is None else done | truncated)
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -311,14 +312,14 @@ class InitTracker(Transform):
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         for init_key, done_key in self._levels:
-            done = next_tensordict.get(done_key, None)
+            done = fast_get(next_tensordict, done_key)
             if done is not None:
                 not_init = (
                     torch.zeros_like(done)
                     if done.dtype is torch.bool
                     else torch.zeros_like(done, dtype=torch.bool)
                 )
-                next_tensordict.set(init_key, not_init)
+                fast_set(next_tensordict, init_key, not_init)
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

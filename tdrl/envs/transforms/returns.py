@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 from tdrl.data import Unbounded
 from tdrl.envs._keys import as_tuple, from_tuple
 from tdrl.envs._partial import align_mask
+from tdrl.envs._step_mdp import fast_get, fast_set
 from tdrl.envs.transforms.rewards import KEY_SPEC_ERROR, _keys_or
 from tdrl.envs.transforms.transform import (
     NestedKey,
@@ -283,11 +284,13 @@ class _EpisodeTracker(Transform):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         update = self._update
         for in_key, out_key in self._pairs:
-            reward = next_tensordict.get(in_key)
-            previous = tensordict.get(out_key, None)
+            reward = fast_get(next_tensordict, in_key)
+            if reward is None:
+                reward = next_tensordict.get(in_key)  # raises the usual KeyError
+            previous = fast_get(tensordict, out_key)
             if previous is None:
                 previous = self._initial(reward.shape, reward.dtype, reward.device)
-            next_tensordict.set(out_key, update(previous, reward))
+            fast_set(next_tensordict, out_key, update(previous, reward))
         return next_tensordict
 
     # ---------------------------------------------------------- buffer path
