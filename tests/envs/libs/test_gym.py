@@ -17,6 +17,7 @@ from tdrl.envs.libs.gym import (
 )
 from tdrl.envs.utils import check_env_specs
 from tests.envs.conformance import EnvConformance
+from tests.envs.libs.test_gym_rollout import assert_same_rollout, rollout_both_paths
 
 gymnasium = pytest.importorskip("gymnasium")
 spaces = gymnasium.spaces
@@ -511,13 +512,7 @@ def test_mujoco_env():
     data = env.rollout(5)
     assert data["next", "observation"].dtype == torch.float64
     # the columnar random rollout and the generic loop agree on a MuJoCo env too
-    env.set_seed(0)
-    torch.manual_seed(0)
-    columnar = env.rollout(40, break_when_any_done=False)
-    env.set_seed(0)
-    torch.manual_seed(0)
-    generic = env.rollout(40, policy=lambda td: env.rand_action(td), break_when_any_done=False)
-    assert (columnar == generic).all()
+    assert_same_rollout(*rollout_both_paths(env, 40, break_when_any_done=False))
     env.close()
 
 

@@ -8,6 +8,7 @@ import torch
 from tdrl.envs import SerialEnv, check_env_specs
 from tdrl.envs.libs.gym import GymEnv, GymWrapper, gym_backend, set_gym_backend
 from tests.envs.conformance import EnvConformance
+from tests.envs.libs.test_gym_rollout import assert_same_rollout, rollout_both_paths
 
 gym = pytest.importorskip("gym")
 
@@ -45,13 +46,7 @@ def test_backend_switch_is_scoped():
 
 def test_columnar_rollout_and_generic_loop_agree_under_gym():
     env = _make("CartPole-v1")
-    env.set_seed(1)
-    torch.manual_seed(0)
-    columnar = env.rollout(100, break_when_any_done=False)
-    env.set_seed(1)
-    torch.manual_seed(0)
-    generic = env.rollout(100, policy=lambda td: env.rand_action(td), break_when_any_done=False)
-    assert (columnar == generic).all()
+    assert_same_rollout(*rollout_both_paths(env, 100, break_when_any_done=False))
 
 
 def test_wrapper_of_a_gym_env_and_pixels():

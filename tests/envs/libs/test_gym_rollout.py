@@ -37,7 +37,7 @@ def columnar_calls(monkeypatch):
     return calls
 
 
-def _both_paths(env, steps: int, **kwargs) -> tuple[TensorDict, TensorDict]:
+def rollout_both_paths(env, steps: int, **kwargs) -> tuple[TensorDict, TensorDict]:
     """The rollout without a policy and the same one forced through the generic loop."""
     env.set_seed(3)
     torch.manual_seed(1)
@@ -48,7 +48,7 @@ def _both_paths(env, steps: int, **kwargs) -> tuple[TensorDict, TensorDict]:
     return columnar, generic
 
 
-def _assert_same(columnar: TensorDict, generic: TensorDict) -> None:
+def assert_same_rollout(columnar: TensorDict, generic: TensorDict) -> None:
     assert columnar.batch_size == generic.batch_size
     assert columnar.names == generic.names == ["time"]
     assert list(columnar.keys(True)) == list(generic.keys(True))
@@ -63,9 +63,9 @@ def _assert_same(columnar: TensorDict, generic: TensorDict) -> None:
 @pytest.mark.parametrize("kwargs", BREAKS)
 def test_columnar_rollout_equals_generic_loop(env_id, kwargs, columnar_calls):
     env = GymEnv(env_id)
-    columnar, generic = _both_paths(env, 250, **kwargs)
+    columnar, generic = rollout_both_paths(env, 250, **kwargs)
     assert len(columnar_calls) == 1
-    _assert_same(columnar, generic)
+    assert_same_rollout(columnar, generic)
     if kwargs.get("break_when_any_done", True):
         assert bool(columnar["next", "done"][-1]) or len(columnar) == 250
     else:
@@ -76,8 +76,8 @@ def test_columnar_rollout_equals_generic_loop(env_id, kwargs, columnar_calls):
 
 def test_columnar_rollout_crosses_episode_ends():
     env = GymEnv("CartPole-v1")
-    columnar, generic = _both_paths(env, 400, break_when_any_done=False)
-    _assert_same(columnar, generic)
+    columnar, generic = rollout_both_paths(env, 400, break_when_any_done=False)
+    assert_same_rollout(columnar, generic)
     ends = columnar["next", "done"].squeeze(-1).nonzero().squeeze(-1)
     assert len(ends) >= 2
     # each episode end is followed by a reset observation, not the terminal one
@@ -99,9 +99,9 @@ def test_columnar_rollout_crosses_episode_ends():
 )
 def test_columnar_rollout_options(make, columnar_calls):
     env = make()
-    columnar, generic = _both_paths(env, 30, break_when_any_done=False)
+    columnar, generic = rollout_both_paths(env, 30, break_when_any_done=False)
     assert len(columnar_calls) == 1
-    _assert_same(columnar, generic)
+    assert_same_rollout(columnar, generic)
     env.close()
 
 
