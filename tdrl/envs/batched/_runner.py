@@ -99,6 +99,7 @@ class EnvRunner:
         self.done_flags = None
         self.input_td = None
         self.input_pipe_keys: list = []
+        views = None
         if arena is not None and layout is not None:
             views = _shared.worker_views(arena, layout, worker)
             self.writer = _shared.BufferWriter(views, layout.pipe_keys[worker], worker)
@@ -113,6 +114,20 @@ class EnvRunner:
         env_device = env.device
         self.to_cpu = env_device is not None and env_device.type != "cpu"
         self.input_device = env_device
+        self.views = views
+        self._plan_fast_paths()
+        self.flat_input = None
+        if self.input_td is not None and all(
+            isinstance(key, str) for key in self.input_td.keys(True, True)
+        ):
+            self.flat_input = list(self.input_td.items())
+
+    def _plan_fast_paths(self) -> None:
+        """Choose the step and reset paths from the env's current configuration.
+
+        Run again after a command that may change it (an attribute set, a method call).
+        """
+        env = self.env
         self.fast_step = (
             self.input_td is not None
             and not self.to_cpu
@@ -122,15 +137,11 @@ class EnvRunner:
         )
         self.direct_step = self.direct_reset = None
         if self.fast_step:
+            views = self.views
             self.direct_step = self._direct_stepper(env, views)
             root = {key: tensor for key, tensor, _ in views["root"]}
             if len(root) == len(views["root"]):
                 self.direct_reset = env._direct_resetter(root)
-        self.flat_input = None
-        if self.input_td is not None and all(
-            isinstance(key, str) for key in self.input_td.keys(True, True)
-        ):
-            self.flat_input = list(self.input_td.items())
 
     @staticmethod
     def _direct_stepper(env: Any, views: dict[str, list]) -> Callable[[], bool] | None:
@@ -237,11 +248,15 @@ class EnvRunner:
         """Set an attribute of the env."""
         name, value = payload
         setattr(self.env, name, value)
+        self._plan_fast_paths()
 
     def call(self, payload: tuple) -> Any:
         """Call a method of the env."""
         name, args, kwargs = payload
-        return getattr(self.env, name)(*args, **kwargs)
+        try:
+            return getattr(self.env, name)(*args, **kwargs)
+        finally:
+            self._plan_fast_paths()
 
     def close(self) -> None:
         """Close the env."""

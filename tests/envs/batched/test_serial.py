@@ -209,3 +209,15 @@ def test_reset_with_state_input():
 def test_repr_mentions_workers():
     env = SerialEnv(2, CountingEnv)
     assert "num_workers=2" in repr(env)
+
+
+def test_sub_env_configuration_changes_reach_the_in_place_step():
+    env = SerialEnv(2, partial(GymEnv, "CartPole-v1"))
+    env.start()
+    assert all(runner.direct_step is not None for runner in env._runners)
+    # a command changing the sub-envs' configuration re-plans their step path
+    env._run("setattr", ("run_type_checks", True))
+    assert all(runner.direct_step is None for runner in env._runners)
+    env._run("call", ("__setattr__", ("run_type_checks", False), {}))
+    assert all(runner.direct_step is not None for runner in env._runners)
+    env.close()
