@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -88,7 +89,7 @@ def _columns(
     if set_truncated:
         truncated[-1] = True
     next_source = {key: torch.stack([step[key] for step in nexts]) for key in keys}
-    next_source["reward"] = torch.tensor(rewards, dtype=torch.float32).reshape(flag_shape)
+    next_source["reward"] = torch.from_numpy(_reward_column(rewards))
     next_source["terminated"] = terminated
     next_source["truncated"] = truncated
     next_source["done"] = terminated | truncated
@@ -103,6 +104,11 @@ def _columns(
     result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
     result.refine_names("time")
     return result
+
+
+def _reward_column(rewards: list) -> np.ndarray:
+    """The ``(steps, 1)`` float32 rewards (floats, ints, numpy scalars or 0-d arrays)."""
+    return np.asarray(rewards, dtype=np.float32).reshape(len(rewards), 1)
 
 
 def direct_stepper(

@@ -252,3 +252,29 @@ def test_in_place_steps_of_batched_envs_equal_the_generic_step(make, in_place):
     assert direct == [[in_place, in_place], [False, False]]
     for (data, td), (data_, td_) in zip(*runs):
         assert (data == data_).all() and (td == td_).all()
+
+
+class _ArrayRewardEnv(gymnasium.Env):
+    """Rewards as 0-d arrays, numpy scalars, floats and ints in turn."""
+
+    def __init__(self):
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = [np.array(0.1 * self.t), np.float32(0.2), 0.3 * self.t, 1][self.t % 4]
+        return np.full(2, self.t / 10, dtype=np.float32), reward, self.t % 4 == 0, False, {}
+
+
+def test_columnar_rollout_takes_any_reward_scalar(columnar_calls):
+    env = GymWrapper(_ArrayRewardEnv())
+    columnar, generic = rollout_both_paths(env, 9, break_when_any_done=False)
+    assert len(columnar_calls) == 1
+    assert_same_rollout(columnar, generic)
