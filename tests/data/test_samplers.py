@@ -203,3 +203,59 @@ def test_beta_setter():
     sampler = PrioritizedSampler(4, 0.5, 0.4)
     sampler.beta = 1.0
     assert sampler.beta == 1.0 and sampler.alpha == 0.5
+
+
+def test_update_priority_duplicate_indices_last_value_wins():
+    rb = _prioritized(4)
+    rb.update_priority(torch.tensor([1, 1, 2, 1]), torch.tensor([5.0, 7.0, 3.0, 2.0]))
+    assert rb.sampler._tree.leaves().tolist() == [1.0, 2.0, 3.0, 1.0]
+    assert rb.sampler.max_priority == 7.0
+    assert float(rb.sampler._tree.min()) == 1.0
+
+
+def test_priorities_and_weights_stay_exact_after_many_updates():
+    n, alpha, beta, eps = 3000, 0.7, 0.5, 1e-8
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=alpha, beta=beta, eps=eps, storage=LazyTensorStorage(n), batch_size=64
+    )
+    rb.extend(TensorDict({"obs": torch.arange(n)}, [n]))
+    generator = torch.Generator().manual_seed(0)
+    latest = torch.ones(n)
+    for _ in range(200):
+        sample = rb.sample()
+        priority = torch.rand(64, generator=generator) * 5 + 0.001
+        rb.update_priority(sample["index"], priority)
+        for position, item in enumerate(sample["index"].tolist()):
+            latest[item] = priority[position]
+    leaves = rb.sampler._tree.leaves()
+    expected = (latest.double() + eps) ** alpha
+    assert torch.allclose(leaves, expected, rtol=1e-14, atol=0)
+    assert rb.sampler._tree.min_value() == float(leaves.min())
+    sample = rb.sample(4000)
+    value = leaves[sample["index"]]
+    weights = (value / leaves.min()) ** -beta
+    assert torch.allclose(sample["priority_weight"].double(), weights, rtol=1e-6)
+    assert torch.equal(sample["obs"], sample["index"])
+
+
+def test_weights_follow_the_minimum_when_its_item_is_raised():
+    rb = _prioritized(4, alpha=1.0, beta=1.0)
+    rb.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 4.0, 8.0]))
+    data, info = rb.sample(2000, return_info=True)
+    assert torch.allclose(info["priority_weight"], 1.0 / torch.tensor([1.0, 2.0, 4.0, 8.0])[data])
+    rb.update_priority(torch.tensor([0]), torch.tensor([16.0]))
+    data, info = rb.sample(2000, return_info=True)
+    expected = 2.0 / torch.tensor([16.0, 2.0, 4.0, 8.0])[data]
+    assert torch.allclose(info["priority_weight"], expected)
+    assert info["priority_weight"].max() <= 1.0
+
+
+def test_prioritized_draws_stay_among_stored_items():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(100), sampler=PrioritizedSampler(100, alpha=0.7, beta=0.5)
+    )
+    rb.extend(torch.arange(10))
+    rb.update_priority(torch.arange(10), torch.rand(10) + 0.1)
+    data, info = rb.sample(5000, return_info=True)
+    assert int(data.max()) < 10 and torch.equal(info["index"], data)
+    assert bool((info["priority_weight"] > 0).all()) and info["priority_weight"].max() <= 1.0

@@ -165,3 +165,104 @@ def test_priority_tree_scratch_buffers_do_not_leak_into_results():
         copied.scan_lower_bound(torch.tensor([10.0]))[0],
         tree.scan_lower_bound(torch.tensor([10.0]))[0],
     )
+
+
+def _rebuilt(tree):
+    other = PriorityTree(tree.capacity, fanout=tree.fanout, top_size=tree._top_store.numel() - 1)
+    other.load_leaves(tree.leaves().clone())
+    return other
+
+
+def _naive_min(tree):
+    leaves = tree.leaves()
+    positive = leaves[leaves > 0]
+    return float(positive.min()) if positive.numel() else float("inf")
+
+
+@pytest.mark.parametrize("capacity, fanout, top_size", [(5000, 16, 32), (70_000, 64, 16384)])
+def test_priority_tree_stays_exact_after_many_updates(capacity, fanout, top_size):
+    generator = torch.Generator().manual_seed(7)
+    tree = PriorityTree(capacity, fanout=fanout, top_size=top_size)
+    tree.update(torch.arange(capacity), 1.0)
+    for step in range(300):
+        if step % 3 == 0:
+            # the usual loop: update exactly the leaves just drawn
+            index, _ = tree.sample(256, generator)
+        else:
+            index = torch.randint(capacity, (256,), generator=generator)
+        value = torch.rand(256, dtype=torch.float64, generator=generator) * 10 + 0.01
+        tree.update(index, value)
+        assert tree.min_value() == _naive_min(tree)
+    rebuilt = _rebuilt(tree)
+    # every level is bit-identical to a fresh rebuild from the leaves
+    for ours, fresh in zip(tree._sum_levels, rebuilt._sum_levels):
+        assert torch.equal(ours, fresh)
+    assert torch.equal(tree.total(), rebuilt.total())
+
+
+def test_priority_tree_minimum_after_its_leaf_is_raised_emptied_or_undercut():
+    tree = PriorityTree(10_000, fanout=16, top_size=64)
+    values = torch.rand(10_000, dtype=torch.float64) + 1.0
+    tree.update(torch.arange(10_000), values)
+    holder = int(values.argmin())
+    assert tree.min_value() == float(values.min())
+    # the holder is raised: the next minimum comes from a rescan
+    tree.update(torch.tensor([holder]), 5.0)
+    assert tree.min_value() == _naive_min(tree)
+    # a written value undercuts it, then that leaf is emptied
+    tree.update(torch.tensor([3, 4]), torch.tensor([0.25, 0.5], dtype=torch.float64))
+    assert tree.min_value() == 0.25
+    tree.update(torch.tensor([3]), 0.0)
+    assert tree.min_value() == 0.5
+    # a duplicated index whose lower value is overwritten does not count
+    tree.update(torch.tensor([9, 9]), torch.tensor([0.125, 2.0], dtype=torch.float64))
+    assert tree.leaves()[9] == 2.0 and tree.min_value() == 0.5
+    # large writes, then emptying everything
+    tree.update(torch.arange(2000, 10_000), torch.full((8000,), 0.375, dtype=torch.float64))
+    assert tree.min_value() == 0.375
+    tree.update(torch.arange(10_000), 0.0)
+    assert tree.min_value() == float("inf") and float(tree.min()) == float("inf")
+    tree.update(torch.tensor([123]), 4.0)
+    assert tree.min_value() == 4.0
+    copied = pickle.loads(pickle.dumps(tree))
+    assert copied.min_value() == 4.0
+
+
+@pytest.mark.parametrize("count", [256, 40_000])
+def test_priority_tree_duplicate_indices_keep_the_last_value(count):
+    tree = PriorityTree(1000, fanout=16, top_size=64)
+    index = torch.randint(1000, (count,), generator=torch.Generator().manual_seed(count))
+    index[-3:] = torch.tensor([5, 5, 5])
+    value = torch.arange(1, count + 1, dtype=torch.float64)
+    tree.update(index, value)
+    last = torch.zeros(1000, dtype=torch.float64)
+    for position, leaf in enumerate(index.tolist()):
+        last[leaf] = value[position]
+    assert torch.equal(tree.leaves(), last)
+    assert tree.leaves()[5] == float(count)
+    for ours, fresh in zip(tree._sum_levels, _rebuilt(tree)._sum_levels):
+        assert torch.equal(ours, fresh)
+
+
+def test_priority_tree_update_of_a_draw_changed_in_place_is_still_exact():
+    tree = PriorityTree(4096, fanout=64)
+    tree.update(torch.arange(4096), torch.rand(4096, dtype=torch.float64) + 0.5)
+    generator = torch.Generator().manual_seed(0)
+    index, _ = tree.sample(128, generator)
+    # the drawn index tensor is modified before the update: its blocks changed too
+    index.copy_(torch.randint(4096, (128,), generator=generator))
+    tree.update(index, 9.0)
+    drawn, _ = tree.sample(128, generator)
+    tree.update(drawn, 3.0)
+    for ours, fresh in zip(tree._sum_levels, _rebuilt(tree)._sum_levels):
+        assert torch.equal(ours, fresh)
+
+
+def test_priority_tree_draws_stay_below_the_limit():
+    tree = PriorityTree(1000, fanout=16, top_size=64)
+    tree.update(torch.arange(600), torch.rand(600, dtype=torch.float64) + 0.1)
+    index, value = tree.sample(5000, torch.Generator().manual_seed(0), limit=600)
+    assert int(index.max()) < 600 and torch.equal(value, tree.leaves()[index])
+    # masses at or past the total still give valid leaves, and their own values
+    index, value = tree.scan_lower_bound(torch.tensor([1e9, float(tree.total())]))
+    assert int(index.max()) < 1000 and torch.equal(value, tree.leaves()[index])

@@ -377,7 +377,7 @@ class ReplayBuffer:
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
             data = self._gather(index, info)
-        if len(self._transform):
+        if self._transform._transforms:
             data = self._transform(data)
         if self._pin_memory:
             data = _pin(data)
@@ -576,17 +576,22 @@ class TensorDictReplayBuffer(ReplayBuffer):
         storage = self._storage
         stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
         if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
-            extra = {"index": stored_index}
             nested = []
-            for key, value in info.items():
-                if key == "index":
-                    continue
-                if isinstance(key, tuple):
-                    if len(key) > 1:
-                        nested.append((key, value))
+            if all(type(key) is str for key in info):
+                # the usual case, flat keys: one dict, "index" first and set to stored_index
+                extra = {"index": stored_index, **info}
+                extra["index"] = stored_index
+            else:
+                extra = {"index": stored_index}
+                for key, value in info.items():
+                    if key == "index":
                         continue
-                    key = key[0]
-                extra[key] = value
+                    if isinstance(key, tuple):
+                        if len(key) > 1:
+                            nested.append((key, value))
+                            continue
+                        key = key[0]
+                    extra[key] = value
             data = storage._gather(index, extra)
             for key, value in nested:
                 data.set(key, value)

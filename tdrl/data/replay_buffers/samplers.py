@@ -12,6 +12,7 @@ from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
 __all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement"]
 
 _EMPTY_MSG = "cannot sample from an empty replay buffer: extend it first"
+_INF = float("inf")
 _PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
 
 
@@ -261,6 +262,10 @@ class PrioritizedSampler(Sampler):
         self.reduction = reduction
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
         self._max_priority = 1.0
+        # update_priority computes tree values in this float64 buffer (kept for batches of
+        # up to 1024 items); a one-element eps tensor keeps the sum in float64
+        self._values = torch.empty(0, dtype=torch.float64)
+        self._eps_tensor = torch.tensor([self._eps], dtype=torch.float64)
         self._build_trees()
 
     def _build_trees(self) -> None:
@@ -306,19 +311,17 @@ class PrioritizedSampler(Sampler):
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
         length = len(storage)
-        if length == 0:
+        if not length:
             raise RuntimeError(_EMPTY_MSG)
         tree = self._tree
-        index, value = tree.sample(batch_size, self._rng)
-        lowest = tree.min()
+        # draws stay among stored items; ``value`` is the tree value of each drawn item
+        index, value = tree.sample(batch_size, self._rng, length)
+        lowest = tree.min_value()
         if length < tree.capacity:
-            # empty slots past the end are only reached through rounding: keep draws valid
-            index.clamp_(max=length - 1)
             value.clamp_(min=lowest)
-        # the ratio is >= 1, so weights never exceed 1; pow casts straight into the dtype
-        ratio = value.div_(lowest)
-        weight = torch.pow(ratio, -self._beta, out=torch.empty(ratio.shape, dtype=self._dtype))
-        return storage._unravel(index), {"priority_weight": weight}
+        # the ratio is >= 1, so weights never exceed 1
+        weight = torch.div(value, lowest, out=torch.empty(batch_size, dtype=self._dtype))
+        return storage._unravel(index), {"priority_weight": weight.pow_(-self._beta)}
 
     def _set(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
         self._tree.update(index, value)
@@ -361,46 +364,58 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: when a priority is <= 0, NaN or infinite, or shapes do not match.
         """
+        if type(index) is not torch.Tensor or index.dtype != torch.long or index.ndim != 1:
+            index = self._flat_index(index, storage)
+        elif storage is not None and getattr(storage, "ndim", 1) > 1:
+            index = storage._ravel(index)
+        if type(priority) is not torch.Tensor:
+            priority = torch.as_tensor(priority, dtype=torch.float64)
+        elif priority.requires_grad or not priority.is_cpu:
+            priority = priority.detach().cpu()
+        count = index.shape[0]
+        if priority.shape != index.shape:
+            priority = self._one_per_index(priority, count)
+        if not count:
+            return
+        low, high = torch.aminmax(priority)
+        low, high = low.item(), high.item()
+        if not (low > 0 and high < _INF):
+            bad = "NaN" if low != low or high != high else (low if not low > 0 else high)
+            raise ValueError(f"priorities must be finite and > 0, got {bad}")
+        # tree values: (priority + eps) ** alpha, in float64
+        value = self._values
+        if value.shape[0] != count:
+            value = torch.empty(count, dtype=torch.float64)
+            if count <= 1024:
+                self._values = value
+        torch.add(priority, self._eps_tensor, out=value)
+        if self._alpha != 1.0:
+            value.pow_(self._alpha)
+        self._tree._write(index, value)
+        if self._max_tree is not None:
+            self._max_tree.update(index, value)
+        if high > self._max_priority:
+            self._max_priority = high
+
+    @staticmethod
+    def _flat_index(index: Any, storage: Any) -> torch.Tensor:
         if isinstance(index, tuple) or (storage is not None and getattr(storage, "ndim", 1) > 1):
             if storage is None:
                 raise ValueError("multi-dimensional indices need the storage to be flattened")
-            index = storage._ravel(index)
-        elif not (
-            isinstance(index, torch.Tensor) and index.dtype == torch.long and index.ndim == 1
-        ):
-            index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        if not isinstance(priority, torch.Tensor):
-            priority = torch.as_tensor(priority, dtype=torch.float64)
-        elif priority.requires_grad or priority.device.type != "cpu":
-            priority = priority.detach().cpu()
-        if priority.shape != index.shape:
-            if priority.numel() == 1:
-                priority = priority.reshape(1).expand(index.shape)
-            elif priority.ndim > 1 and priority.shape[0] == index.shape[0]:
-                priority = self._reduce(priority.to(torch.float64).reshape(index.shape[0], -1))
-            elif priority.numel() != index.numel():
-                raise ValueError(
-                    f"priority shape mismatch: expected {index.numel()} values (one per index), "
-                    f"got shape {tuple(priority.shape)}"
-                )
-            else:
-                priority = priority.reshape(-1)
-        if not priority.numel():
-            return
-        bounds = torch.aminmax(priority)
-        low, high = float(bounds.min), float(bounds.max)
-        if not (low > 0 and high < float("inf")):
-            bad = "NaN" if low != low or high != high else (low if not low > 0 else high)
-            raise ValueError(f"priorities must be finite and > 0, got {bad}")
-        if priority.dtype == torch.float64:
-            value = priority.add(self._eps)
-        else:
-            value = priority.to(torch.float64).add_(self._eps)
-        if self._alpha != 1.0:
-            value.pow_(self._alpha)
-        self._set(index, value)
-        if high > self._max_priority:
-            self._max_priority = high
+            return storage._ravel(index)
+        return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+
+    def _one_per_index(self, priority: torch.Tensor, count: int) -> torch.Tensor:
+        if priority.numel() == 1:
+            return priority.reshape(1).expand(count)
+        if priority.ndim > 1 and priority.shape[0] == count:
+            return self._reduce(priority.to(torch.float64).reshape(count, -1))
+        if priority.numel() != count:
+            raise ValueError(
+                f"priority shape mismatch: expected {count} values (one per index), "
+                f"got shape {tuple(priority.shape)}"
+            )
+        return priority.reshape(-1)
 
     def _empty(self) -> None:
         self._max_priority = 1.0
@@ -440,6 +455,7 @@ class PrioritizedSampler(Sampler):
         self._alpha = state_dict["_alpha"]
         self._beta = state_dict["_beta"]
         self._eps = state_dict["_eps"]
+        self._eps_tensor = torch.tensor([self._eps], dtype=torch.float64)
         self._max_priority = state_dict["_max_priority"]
         self._max_capacity = state_dict["_max_capacity"]
         self._build_trees()

@@ -18,6 +18,9 @@ _TOP_SIZE = 16384
 # batches up to this size reuse preallocated buffers; larger updates (extends of
 # contiguous items) deduplicate the parents they refresh instead
 _SCRATCH_MAX = 1024
+# index copies shorter than this run serially in PyTorch, so repeated indices keep their
+# last value; longer writes are split into such chunks
+_SERIAL_COPY = 32768
 _INF = float("inf")
 
 
@@ -252,41 +255,60 @@ class _Scratch:
     """Preallocated intermediates for one batch size, reused by every draw and update."""
 
     __slots__ = (
-        "cumulated",
-        "lows",
+        "child",
+        "count",
         "mass",
         "mass_column",
         "node",
         "offset",
         "parent",
+        "prefix",
+        "prefix_inner",
+        "prefix_total",
         "rows",
         "rows_head",
         "sums",
     )
 
-    def __init__(self, size: int, fanout: int) -> None:
+    def __init__(self, size: int, fanout: int, top_size: int) -> None:
         f64 = torch.float64
         self.mass = torch.empty(size, dtype=f64)
         self.mass_column = self.mass.unsqueeze(1)
         self.node = torch.empty(size, dtype=torch.long)
         self.offset = torch.empty(size, dtype=f64)
+        # one block per item; a draw turns it in place into prefix sums, then into 0/1 flags
         self.rows = torch.empty(size, fanout, dtype=f64)
         self.rows_head = self.rows[:, :-1]
-        self.cumulated = torch.empty(size, fanout - 1, dtype=f64)
+        # The zero-led prefix sum of the top level is read only before the blocks are
+        # gathered, so it shares their memory when it fits (less memory touched per draw).
+        flat = self.rows.view(-1)
+        self.prefix = (
+            flat[: top_size + 1] if flat.shape[0] > top_size else flat.new_empty(top_size + 1)
+        )
+        # searching all boundaries but the last gives indices in [0, n) with no clamp
+        self.prefix_inner = self.prefix[1:-1]
+        self.prefix_total = self.prefix[-1]
+        self.count = torch.empty(size, dtype=f64)
+        self.child = torch.empty(size, dtype=torch.long)
         self.parent = torch.empty(size, dtype=torch.long)
         self.sums = torch.empty(size, dtype=f64)
-        self.lows = torch.empty(size, dtype=f64)
 
 
 class PriorityTree:
-    """Sum and min trees over one array of leaves: what prioritized sampling needs.
+    """Sum tree and exact minimum over one array of leaves: what prioritized sampling needs.
 
     Leaves hold priorities (``0`` marks an empty slot, ignored by the minimum). Above the
-    leaves, each level holds the sums and the minima of blocks of ``fanout`` nodes; an update
-    refreshes both from the same gathered blocks. A draw scans the small top level whole
-    (one cumsum and one searchsorted over a zero-led copy, so the exclusive prefix comes for
-    free), then searches one block per draw at each level below. With the default sizes a
-    million leaves take two levels: the leaves and 15,625 block sums. Sums are float64.
+    leaves, each level holds the sums of blocks of ``fanout`` nodes. A draw scans the small
+    top level whole (one cumsum and one searchsorted over a zero-led copy, so the exclusive
+    prefix comes for free), then searches one block per draw at each level below; in the
+    leaf blocks it counts the prefix sums that do not exceed the draw, which is branch-free.
+    With the default sizes a million leaves take two levels: the leaves and 15,625 block
+    sums. Sums are float64.
+
+    The minimum is kept exact without a min tree: the tree keeps a lower bound of all
+    non-empty leaves and the leaf that attains it. An update only compares its values with
+    the bound and checks that leaf; when that leaf is raised, the next :meth:`min` rescans
+    the blocks written since the last rescan. So draws and updates touch no min level.
 
     Intermediates of batches up to 1024 items live in buffers reused from call to call, so
     a tree must not be used by two threads at once (replay buffers hold a lock around it).
@@ -323,32 +345,45 @@ class PriorityTree:
         self._top_store = torch.zeros(sizes[-1] + 1, dtype=f64)
         self._sum_levels = [torch.zeros(size, dtype=f64) for size in sizes[:-1]]
         self._sum_levels.append(self._top_store[1:])
-        # _min_levels[d] holds the block minima that sit beside _sum_levels[d + 1].
-        self._min_levels = [torch.full((size,), _INF, dtype=f64) for size in sizes[1:]]
         self._sum_blocks = [level.view(-1, fanout) for level in self._sum_levels[:-1]]
-        self._min_blocks = [level.view(-1, fanout) for level in self._min_levels[:-1]]
         self._leaves = self._sum_levels[0][: self.capacity]
         self._shift = fanout.bit_length() - 1 if fanout & (fanout - 1) == 0 else None
-        self._padded = sizes[0] != self.capacity
-        self._prefix = torch.empty_like(self._top_store)
-        # searching all boundaries but the last gives indices in [0, n) with no clamp
-        self._prefix_inner = self._prefix[1:-1]
-        self._prefix_total = self._prefix[-1]
+        self._padded_size = sizes[0]
+        # counting flags with a matrix-vector product (exact: a sum of zeros and ones)
+        self._ones = torch.ones(fanout - 1, dtype=f64)
+        # the last draw (leaf tensor, its version, the leaf blocks it searched): an update of
+        # exactly those leaves reuses the blocks instead of recomputing them
+        self._last_draw: tuple[torch.Tensor, int, torch.Tensor] | None = None
         self._scratch: dict[int, _Scratch] = {}
+        # The minimum: ``_low`` is at most every non-empty leaf; when ``_exact`` it is the
+        # minimum itself, held by the leaf viewed by ``_holder`` (None: no non-empty leaf).
+        # ``_block_low`` holds the non-empty minimum of each leaf block, up to date except
+        # for the blocks flagged in ``_dirty``; only a rescan reads them.
+        self._block_low = torch.full((sizes[0] // fanout,), _INF, dtype=f64)
+        self._dirty = torch.zeros(sizes[0] // fanout, dtype=torch.bool)
+        self._low = _INF
+        self._exact = True
+        self._holder: torch.Tensor | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_scratch"] = {}
+        state["_last_draw"] = None
+        # the holder is a view of the leaves: rescan after unpickling instead
+        state["_holder"] = None
+        state["_exact"] = False
+        state["_dirty"] = torch.ones_like(self._dirty)
         return state
 
-    def _scratch_for(self, size: int) -> _Scratch | None:
-        if size > _SCRATCH_MAX:
-            return None
+    def _scratch_for(self, size: int) -> _Scratch:
         scratch = self._scratch.get(size)
         if scratch is None:
+            top_size = self._top_store.shape[0] - 1
+            if size > _SCRATCH_MAX:
+                return _Scratch(size, self.fanout, top_size)
             if len(self._scratch) >= 4:
                 self._scratch.clear()
-            scratch = self._scratch[size] = _Scratch(size, self.fanout)
+            scratch = self._scratch[size] = _Scratch(size, self.fanout, top_size)
         return scratch
 
     def _parents(self, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -357,10 +392,10 @@ class PriorityTree:
         return torch.bitwise_right_shift(index, self._shift, out=out)
 
     def update(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
-        """Set the leaves at ``index`` (1-d long tensor) to ``value`` and refresh both trees.
+        """Set the leaves at ``index`` (1-d long tensor) to ``value`` and refresh the tree.
 
-        Duplicated indices are allowed: the leaf keeps one of its values and every level
-        above is recomputed from the leaves, so the trees stay consistent.
+        Duplicated indices are allowed: the last value given for a leaf is the one kept, and
+        the sums above it are recomputed from the leaves, so the tree stays exact.
         """
         if index.ndim != 1 or index.dtype != torch.long:
             index = index.reshape(-1).long()
@@ -371,35 +406,93 @@ class PriorityTree:
             value = torch.as_tensor(value, dtype=torch.float64)
         if value.shape != index.shape:
             value = value.expand(index.shape)
+        self._write(index, value)
+
+    def _write(self, index: torch.Tensor, value: torch.Tensor) -> None:
+        """:meth:`update` for a non-empty 1-d long index and float64 values of its shape."""
+        count = index.shape[0]
         try:
-            self._leaves.index_copy_(0, index, value)
+            if count < _SERIAL_COPY:
+                self._leaves.index_copy_(0, index, value)
+            else:
+                for start in range(0, count, _SERIAL_COPY - 1):
+                    stop = start + _SERIAL_COPY - 1
+                    self._leaves.index_copy_(0, index[start:stop], value[start:stop])
         except (IndexError, RuntimeError) as err:
             raise IndexError(
                 f"priority index out of range: expected indices in [0, {self.capacity}), got "
                 f"[{int(index.min())}, {int(index.max())}]"
             ) from err
-        scratch = self._scratch_for(count)
-        for depth, blocks in enumerate(self._sum_blocks):
-            if depth or scratch is None:
-                index = self._parents(index)
-                if index.shape[0] > _SCRATCH_MAX:
-                    # large writes (extends) touch few blocks many times
-                    index = torch.unique(index)
-                rows = blocks.index_select(0, index)
-                sums = rows.sum(1)
+        if self._exact:
+            # the minimum stands if no value undercuts it and its leaf still holds it
+            lowest = value.amin().item()
+            holder = self._holder
+            if lowest < self._low or (holder is not None and holder.item() != self._low):
+                self._settle_minimum(index, lowest)
+        if count <= _SCRATCH_MAX:
+            scratch = self._scratch.get(count) or self._scratch_for(count)
+            draw = self._last_draw
+            if draw is not None and draw[0] is index and draw[1] == index._version:
+                parent = draw[2]
             else:
-                index = self._parents(index, scratch.parent)
-                rows = torch.index_select(blocks, 0, index, out=scratch.rows)
-                sums = torch.sum(rows, 1, out=scratch.sums)
-            self._sum_levels[depth + 1].index_copy_(0, index, sums)
-            if depth:
-                lows = self._min_blocks[depth - 1].index_select(0, index).amin(1)
-            else:
-                lows = rows.amin(1) if scratch is None else torch.amin(rows, 1, out=scratch.lows)
-                if not float(lows.min()) > 0:
-                    # some touched block holds empty (zero) leaves: leave them out
-                    lows = torch.where(rows > 0, rows, _INF).amin(1)
-            self._min_levels[depth].index_copy_(0, index, lows)
+                parent = self._parents(index, scratch.parent)
+            rows = torch.index_select(self._sum_blocks[0], 0, parent, out=scratch.rows)
+            self._sum_levels[1].index_copy_(0, parent, torch.sum(rows, 1, out=scratch.sums))
+        else:
+            # large writes (extends) touch few blocks many times: refresh each block once
+            parent = self._distinct(self._parents(index), self._sum_blocks[0].shape[0])
+            self._sum_levels[1].index_copy_(0, parent, self._sum_blocks[0][parent].sum(1))
+        self._dirty.index_fill_(0, parent, True)
+        for depth in range(1, len(self._sum_blocks)):
+            parent = self._parents(parent)
+            if parent.shape[0] > _SCRATCH_MAX:
+                parent = self._distinct(parent, self._sum_blocks[depth].shape[0])
+            rows = self._sum_blocks[depth].index_select(0, parent)
+            self._sum_levels[depth + 1].index_copy_(0, parent, rows.sum(1))
+
+    @staticmethod
+    def _distinct(index: torch.Tensor, size: int) -> torch.Tensor:
+        """The distinct values of ``index`` (in ``[0, size)``), sorted, without a sort."""
+        return torch.zeros(size, dtype=torch.bool).index_fill_(0, index, True).nonzero().squeeze(1)
+
+    def _settle_minimum(self, index: torch.Tensor, lowest: float) -> None:
+        """After a write that may move the minimum: update it, or mark it for a rescan.
+
+        ``lowest`` is the smallest value written (some may be lost to duplicated indices).
+        """
+        if lowest > self._low:
+            # the leaf that held the minimum was raised: only a rescan can tell the new one
+            self._exact = False
+            return
+        # read back what the leaves kept (duplicated indices keep one value each)
+        written = self._leaves.index_select(0, index)
+        written = torch.where(written > 0, written, _INF)
+        position = int(written.argmin())
+        lowest = written[position].item()
+        if lowest <= self._low and lowest < _INF:
+            self._low = lowest
+            self._holder = self._leaves[int(index[position])]
+        elif self._holder is not None and self._holder.item() != self._low:
+            self._exact = False
+
+    def _rescan_minimum(self) -> None:
+        """Refresh the block minima written since the last rescan and take their minimum."""
+        dirty = self._dirty.nonzero().squeeze(1)
+        if dirty.shape[0] * 4 > self._dirty.shape[0]:
+            lows = self._sum_blocks[0].amin(1)
+            dirty = (lows <= 0).nonzero().squeeze(1)
+            self._block_low.copy_(lows)
+        rows = self._sum_blocks[0].index_select(0, dirty)
+        self._block_low.index_copy_(0, dirty, torch.where(rows > 0, rows, _INF).amin(1))
+        self._dirty.zero_()
+        block = int(self._block_low.argmin())
+        self._low = self._block_low[block].item()
+        self._exact = True
+        if self._low == _INF:
+            self._holder = None
+            return
+        leaf = block * self.fanout + int(self._sum_blocks[0][block].eq(self._low).nonzero()[0])
+        self._holder = self._sum_levels[0][leaf]
 
     def total(self) -> torch.Tensor:
         """Sum of all leaves (0-d tensor)."""
@@ -407,14 +500,20 @@ class PriorityTree:
 
     def min(self) -> torch.Tensor:
         """Smallest non-empty leaf (0-d tensor, ``+inf`` when empty)."""
-        return self._min_levels[-1].amin()
+        return torch.tensor(self.min_value(), dtype=torch.float64)
+
+    def min_value(self) -> float:
+        """Smallest non-empty leaf as a Python float (``inf`` when empty)."""
+        if not self._exact:
+            self._rescan_minimum()
+        return self._low
 
     def leaves(self) -> torch.Tensor:
         """A view of the leaf values."""
         return self._leaves
 
     def load_leaves(self, values: torch.Tensor) -> None:
-        """Replace every leaf at once and rebuild both trees."""
+        """Replace every leaf at once and rebuild the tree."""
         values = torch.as_tensor(values, dtype=torch.float64)
         if values.shape != (self.capacity,):
             raise ValueError(
@@ -422,21 +521,18 @@ class PriorityTree:
             )
         self._leaves.copy_(values)
         for depth, blocks in enumerate(self._sum_blocks):
-            count = blocks.shape[0]
-            self._sum_levels[depth + 1][:count].copy_(blocks.sum(1))
-            if depth:
-                lows = self._min_blocks[depth - 1]
-            else:
-                lows = torch.where(blocks > 0, blocks, _INF)
-            self._min_levels[depth][:count].copy_(lows.amin(1))
+            self._sum_levels[depth + 1][: blocks.shape[0]].copy_(blocks.sum(1))
+        self._dirty.fill_(True)
+        self._exact = False
 
     def fill_(self) -> None:
         """Empty every leaf."""
         for level in self._sum_levels[:-1]:
             level.zero_()
         self._top_store.zero_()
-        for level in self._min_levels:
-            level.fill_(_INF)
+        self._block_low.fill_(_INF)
+        self._dirty.zero_()
+        self._low, self._exact, self._holder = _INF, True, None
 
     def scan_lower_bound(self, mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse-CDF search for a batch of masses in ``[0, total())``.
@@ -447,37 +543,47 @@ class PriorityTree:
         """
         mass = mass.reshape(-1)
         scratch = self._scratch_for(mass.shape[0])
-        if scratch is None:
-            mass = mass.to(torch.float64, copy=True)
-        else:
-            mass = scratch.mass.copy_(mass)
-        torch.cumsum(self._top_store, 0, out=self._prefix)
-        index, value = self._descend(mass, scratch)
-        return index.clamp_(max=self.capacity - 1), value
+        scratch.mass.copy_(mass)
+        torch.cumsum(self._top_store, 0, out=scratch.prefix)
+        self._last_draw = None
+        leaf = self._descend(scratch)[0]
+        if self.capacity < self._padded_size:
+            # leaves past the capacity are only reached by masses at or past the total
+            leaf.clamp_(max=self.capacity - 1)
+        return leaf, self._leaves.index_select(0, leaf)
 
     def sample(
-        self, batch_size: int, generator: torch.Generator | None = None
+        self, batch_size: int, generator: torch.Generator | None = None, limit: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw ``batch_size`` leaves in proportion to their value; returns indices and values."""
-        torch.cumsum(self._top_store, 0, out=self._prefix)
-        scratch = self._scratch_for(batch_size)
-        mass = torch.empty(batch_size, dtype=torch.float64) if scratch is None else scratch.mass
-        mass.uniform_(0.0, float(self._prefix_total), generator=generator)
-        index, value = self._descend(mass, scratch)
-        if self._padded:
-            index.clamp_(max=self.capacity - 1)
-        return index, value
+        """Draw ``batch_size`` leaves in proportion to their value; returns indices and values.
 
-    def _descend(
-        self, mass: torch.Tensor, scratch: _Scratch | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        prefix = self._prefix
-        if scratch is None:
-            node = torch.searchsorted(self._prefix_inner, mass, right=True)
-            mass.sub_(prefix.index_select(0, node))
+        Args:
+            batch_size: the number of draws.
+            generator: the random generator of the draws.
+            limit: the draws stay below this leaf index (the number of filled leaves);
+                only draws whose mass is rounded past the filled leaves need it.
+        """
+        scratch = self._scratch.get(batch_size) or self._scratch_for(batch_size)
+        torch.cumsum(self._top_store, 0, out=scratch.prefix)
+        scratch.mass.uniform_(0.0, scratch.prefix_total.item(), generator=generator)
+        leaf, node = self._descend(scratch)
+        last = self.capacity if limit is None or limit > self.capacity else int(limit)
+        if last < self._padded_size:
+            # leaves past ``last`` are only reached by masses at or past the total
+            leaf.clamp_(max=last - 1)
+            self._last_draw = None
         else:
-            node = torch.searchsorted(self._prefix_inner, mass, right=True, out=scratch.node)
-            mass.sub_(torch.index_select(prefix, 0, node, out=scratch.offset))
+            self._last_draw = (leaf, leaf._version, node)
+        return leaf, self._leaves.index_select(0, leaf)
+
+    def _descend(self, scratch: _Scratch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Leaf index (a new tensor) and leaf block of each mass in ``scratch.mass``.
+
+        The masses are consumed.
+        """
+        mass = scratch.mass
+        node = torch.searchsorted(scratch.prefix_inner, mass, right=True, out=scratch.node)
+        mass.sub_(torch.index_select(scratch.prefix, 0, node, out=scratch.offset))
         fanout, blocks = self.fanout, self._sum_blocks
         for depth in range(len(blocks) - 1, 0, -1):
             rows = blocks[depth].index_select(0, node)
@@ -488,17 +594,12 @@ class PriorityTree:
             # nodes past the padding of a middle level only come from out-of-range masses
             node = child.squeeze_(1).add_(node, alpha=fanout)
             node.clamp_(max=blocks[depth - 1].shape[0] - 1)
-        if scratch is None:
-            rows = blocks[0].index_select(0, node)
-            cumulated = rows[:, :-1].cumsum(1)
-            column = mass.unsqueeze(1)
-        else:
-            rows = torch.index_select(blocks[0], 0, node, out=scratch.rows)
-            cumulated = torch.cumsum(scratch.rows_head, 1, out=scratch.cumulated)
-            column = scratch.mass_column
-        child = torch.searchsorted(cumulated, column, right=True)
-        value = rows.gather(1, child).squeeze_(1)
-        return child.squeeze_(1).add_(node, alpha=fanout), value
+        torch.index_select(blocks[0], 0, node, out=scratch.rows)
+        # the child is the number of inclusive prefix sums (all but the last) <= the mass
+        head = scratch.rows_head.cumsum_(1)
+        flags = torch.le(head, scratch.mass_column, out=head)
+        torch.mv(flags, self._ones, out=scratch.count)
+        return torch.add(scratch.child.copy_(scratch.count), node, alpha=fanout), node
 
     def __repr__(self) -> str:
         return (
