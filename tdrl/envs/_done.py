@@ -23,7 +23,7 @@ from tdrl.envs._keys import (
     leaf_keys,
     reset_key_for,
 )
-from tdrl.envs._partial import align_mask, effective_masks
+from tdrl.envs._partial import align_mask, any_true, effective_masks
 from tdrl.envs._step_mdp import fast_get
 
 
@@ -91,7 +91,7 @@ def check_done_after_reset(data: TensorDictBase, done_flag_keys: list, masks: di
     """Raise if an element that was reset is still done (``masks``: level prefix -> ``_reset``)."""
     masks = effective_masks(masks) if masks else {}
     for key in done_flag_keys:
-        done = data.get(key, None)
+        done = fast_get(data, key)
         if done is None:
             continue
         prefix = as_tuple(key)[:-1]
@@ -100,7 +100,7 @@ def check_done_after_reset(data: TensorDictBase, done_flag_keys: list, masks: di
         )
         if mask is not None:
             done = done & align_mask(mask, done.shape, "_reset", reset_key_for(prefix), key)
-        if bool(done.any()):
+        if any_true(done):
             raise RuntimeError(
                 f"the env entry {key!r} is True after reset for elements that were reset; "
                 "pass allow_done_after_reset=True to the env if this is expected"

@@ -53,18 +53,37 @@ def _sub(td: TensorDictBase, prefix: tuple[str, ...]) -> TensorDictBase | None:
     return td.get(prefix, None) if prefix else td
 
 
+def _get(td: TensorDictBase, key: Any) -> Any:
+    """``td.get(key, None)`` with a dict lookup for string keys of a plain TensorDict."""
+    if type(td) is TensorDict and type(key) is str:
+        return td._tensordict.get(key)
+    return td.get(key, None)
+
+
+def all_true(mask: torch.Tensor) -> bool:
+    """Whether every element of a boolean mask is set (one element: no reduction kernel)."""
+    return bool(mask) if mask.numel() == 1 else bool(mask.all())
+
+
+def any_true(mask: torch.Tensor) -> bool:
+    """Whether some element of a boolean mask is set (one element: no reduction kernel)."""
+    return bool(mask) if mask.numel() == 1 else bool(mask.any())
+
+
 def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:
     """Map each done-level prefix to the ``"_reset"`` mask found for it (absent levels omitted)."""
     masks = {}
     for reset_key in reset_keys:
-        mask = tensordict.get(reset_key, None)
+        mask = _get(tensordict, reset_key)
         if mask is not None:
-            masks[as_tuple(reset_key)[:-1]] = mask
+            masks[() if reset_key == "_reset" else as_tuple(reset_key)[:-1]] = mask
     return masks
 
 
 def effective_masks(masks: dict) -> dict:
     """Drop masks that a mask at a shallower level overrides."""
+    if len(masks) == 1:
+        return masks
     out = {}
     for prefix, mask in masks.items():
         if any(prefix[:i] in masks for i in range(len(prefix))):
@@ -76,27 +95,35 @@ def effective_masks(masks: dict) -> dict:
 def remove_reset_keys(tensordict: TensorDictBase, reset_keys: list) -> None:
     """Delete every ``"_reset"`` entry of ``reset_keys`` present in ``tensordict``."""
     for reset_key in reset_keys:
-        if tensordict.get(reset_key, None) is not None:
+        if type(tensordict) is TensorDict and type(reset_key) is str and not tensordict.is_locked:
+            tensordict._tensordict.pop(reset_key, None)
+        elif tensordict.get(reset_key, None) is not None:
             tensordict.del_(reset_key)
 
 
 def update_during_reset(
-    tensordict_reset: TensorDictBase, tensordict: TensorDictBase, reset_keys: list
+    tensordict_reset: TensorDictBase,
+    tensordict: TensorDictBase,
+    reset_keys: list,
+    masks: dict | None = None,
 ) -> TensorDictBase:
     """Merge the output of ``_reset`` into the input ``tensordict`` and return it.
 
     Levels with a ``"_reset"`` mask keep the input's data where the mask is
     ``False``; a mask at a shallower level overrides nested ones; levels without
     a mask take the reset output. The ``"_reset"`` entries are removed.
+    ``masks`` is :func:`collect_reset_masks` of ``tensordict``, when already known.
     """
-    masks = effective_masks(collect_reset_masks(tensordict, reset_keys))
+    if masks is None:
+        masks = collect_reset_masks(tensordict, reset_keys)
+    masks = effective_masks(masks)
     remove_reset_keys(tensordict, reset_keys)
     remove_reset_keys(tensordict_reset, reset_keys)
     if tensordict_reset is tensordict:
         return tensordict
     masked: dict = {}
     for prefix, mask in masks.items():
-        if bool(mask.all()):
+        if all_true(mask):
             continue
         node_reset = _sub(tensordict_reset, prefix)
         node = _sub(tensordict, prefix)

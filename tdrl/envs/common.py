@@ -493,7 +493,7 @@ class EnvBase(EnvKeys, nn.Module):
             self._check_batch("reset", tensordict)
             masks = _partial.collect_reset_masks(tensordict, cache.reset_keys)
             if len(masks) == len(cache.reset_keys) and not any(
-                bool(m.any()) for m in masks.values()
+                _partial.any_true(m) for m in masks.values()
             ):
                 # every level has a "_reset" and none is set: nothing to reset
                 _partial.remove_reset_keys(tensordict, cache.reset_keys)
@@ -519,7 +519,7 @@ class EnvBase(EnvKeys, nn.Module):
         if tensordict is None:
             _partial.remove_reset_keys(tensordict_reset, cache.reset_keys)
             return tensordict_reset
-        return _partial.update_during_reset(tensordict_reset, tensordict, cache.reset_keys)
+        return _partial.update_during_reset(tensordict_reset, tensordict, cache.reset_keys, masks)
 
     def _post_process(self, data: TensorDictBase) -> TensorDictBase:
         device = self._device

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
+from tdrl.envs._slot_pool import SlotPool
 from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
@@ -53,40 +54,6 @@ _STEP_METHODS = (
     "_simulator_step",
 )
 _CPU = torch.device("cpu")
-
-
-class _SlotPool:
-    """Hands out fresh one-element tensors without running a torch operator per call.
-
-    Tensors are carved from a preallocated block: ``unbind`` makes one view per row up front,
-    and a value is written through a numpy view of the block, so a step's reward and done flags
-    cost a few numpy stores instead of four tensor constructions. Every call returns a distinct
-    row, so no two steps share memory; a block is freed once none of its rows is referenced.
-    Blocks start small and double up to ``max_block_size``, so an env that is built but
-    stepped little (or stepped in place by a batched env) does not pay for a large block.
-    """
-
-    def __init__(self, dtype: torch.dtype, max_block_size: int = 4096) -> None:
-        self._dtype = dtype
-        self._max_block_size = max_block_size
-        self._block_size = 0
-        self._next = 0
-
-    def _refill(self) -> None:
-        self._block_size = min(max(2 * self._block_size, 32), self._max_block_size)
-        block = torch.empty(self._block_size, 1, dtype=self._dtype)
-        self._array = block.numpy()
-        self._rows = block.unbind(0)
-        self._next = 0
-
-    def take(self, value: Any) -> torch.Tensor:
-        index = self._next
-        if index == self._block_size:
-            self._refill()
-            index = 0
-        self._array[index, 0] = value
-        self._next = index + 1
-        return self._rows[index]
 
 
 class _AvailableEnvs:
@@ -324,8 +291,8 @@ class GymWrapper(GymLikeEnv):
         )
         self._flag_shape = torch.Size((*batch, 1))
         if not batch:
-            self.__dict__["_flag_pool"] = _SlotPool(torch.bool)
-            self.__dict__["_reward_pool"] = _SlotPool(torch.float32)
+            self.__dict__["_flag_pool"] = SlotPool(torch.bool)
+            self.__dict__["_reward_pool"] = SlotPool(torch.float32)
         self._write_action: Callable[[Any], Any] = (
             self._action_codec.write if self._convert_actions_to_numpy else (lambda action: action)
         )
@@ -515,6 +482,9 @@ class GymWrapper(GymLikeEnv):
         return out
 
     def _reset_flags(self) -> dict[str, torch.Tensor]:
+        if not self._is_batched:
+            take = self._flag_pool.take
+            return {key: take(False) for key in _DONE_KEYS}
         shape = self._flag_shape
         return {key: torch.zeros(shape, dtype=torch.bool) for key in _DONE_KEYS}
 
