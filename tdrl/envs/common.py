@@ -631,7 +631,10 @@ class EnvBase(EnvKeys, nn.Module):
 
         Automatic garbage collection is paused while the steps run (and restored
         afterwards, also on error) so that long rollouts do not pay for repeated
-        walks over the steps they keep; no garbage is lost.
+        walks over the steps they keep; no garbage is lost. With no policy (and no
+        callback, initial ``tensordict`` or ``out``), an env may produce the same data
+        on a cheaper path: a plain single :class:`~tdrl.envs.GymEnv` keeps the steps
+        in columns instead of one tensordict per step.
 
         Args:
             max_steps: the maximum number of steps.
