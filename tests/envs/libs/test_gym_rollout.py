@@ -228,10 +228,12 @@ def _info_env():
     [
         (lambda: GymWrapper(_TwoBoxEnv()), True),
         (lambda: GymEnv("Pendulum-v1", frame_skip=2), True),
+        (lambda: GymEnv("CartPole-v1", categorical_action_encoding=True), True),
+        (lambda: GymEnv("CartPole-v1", from_pixels=True, pixels_only=False), True),
         # nested action / observation entries: the sub-env takes the generic step
         (_info_env, False),
     ],
-    ids=["box_dict", "frame_skip", "nested_entries"],
+    ids=["box_dict", "frame_skip", "categorical", "pixels", "nested_entries"],
 )
 def test_in_place_steps_of_batched_envs_equal_the_generic_step(make, in_place):
     from tdrl.envs import SerialEnv
