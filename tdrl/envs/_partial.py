@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple
+from tdrl.envs._step_mdp import fast_get
 
 MASK_SHAPE_ERROR = (
     "{kind} mask at key {key!r} has shape {mask_shape}, which cannot be aligned with the "
@@ -53,13 +54,6 @@ def _sub(td: TensorDictBase, prefix: tuple[str, ...]) -> TensorDictBase | None:
     return td.get(prefix, None) if prefix else td
 
 
-def _get(td: TensorDictBase, key: Any) -> Any:
-    """``td.get(key, None)`` with a dict lookup for string keys of a plain TensorDict."""
-    if type(td) is TensorDict and type(key) is str:
-        return td._tensordict.get(key)
-    return td.get(key, None)
-
-
 def all_true(mask: torch.Tensor) -> bool:
     """Whether every element of a boolean mask is set (one element: no reduction kernel)."""
     return bool(mask) if mask.numel() == 1 else bool(mask.all())
@@ -74,9 +68,9 @@ def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:
     """Map each done-level prefix to the ``"_reset"`` mask found for it (absent levels omitted)."""
     masks = {}
     for reset_key in reset_keys:
-        mask = _get(tensordict, reset_key)
+        mask = fast_get(tensordict, reset_key)
         if mask is not None:
-            masks[() if reset_key == "_reset" else as_tuple(reset_key)[:-1]] = mask
+            masks[as_tuple(reset_key)[:-1]] = mask
     return masks
 
 

@@ -16,6 +16,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
+from tdrl.envs._partial import any_true
 from tdrl.envs._stack import Irregular, stack_steps
 from tdrl.envs._step_mdp import fast_get, merge_next
 
@@ -25,15 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["maybe_reset", "rollout", "step_and_maybe_reset"]
 
 
-def _is_any(done: torch.Tensor) -> bool:
-    # a one-element tensor converts to bool without an extra ``any`` kernel
-    return bool(done) if done.numel() == 1 else bool(done.any())
-
-
 def _any_done(data: TensorDictBase, done_flag_keys: list) -> bool:
     for key in done_flag_keys:
         done = fast_get(data, key)
-        if done is not None and _is_any(done):
+        if done is not None and any_true(done):
             return True
     return False
 
@@ -51,7 +47,7 @@ def maybe_reset(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
     flag_keys = cache.done_flag_keys
     if len(flag_keys) == 1:
         done = fast_get(tensordict, flag_keys[0])
-        if done is None or not _is_any(done):
+        if done is None or not any_true(done):
             return tensordict
         tensordict.set(cache.reset_keys[0], done)
         return env.reset(tensordict)
@@ -62,7 +58,7 @@ def maybe_reset(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
         if done is None:
             continue
         masks.append((reset_key, done))
-        if not any_done and _is_any(done):
+        if not any_done and any_true(done):
             any_done = True
     if not any_done:
         return tensordict
