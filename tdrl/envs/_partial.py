@@ -54,14 +54,32 @@ def _sub(td: TensorDictBase, prefix: tuple[str, ...]) -> TensorDictBase | None:
     return td.get(prefix, None) if prefix else td
 
 
+# From this many elements on, a CPU boolean mask is reduced by numpy: torch's any/all
+# kernels cost ~2 us at 1024 elements and ~30 us at 65536, numpy's ~1.5 and ~2.5 us.
+_NUMPY_REDUCE_MIN = 512
+
+
 def all_true(mask: torch.Tensor) -> bool:
-    """Whether every element of a boolean mask is set (one element: no reduction kernel)."""
-    return bool(mask) if mask.numel() == 1 else bool(mask.all())
+    """Whether every element of a mask is set, with the cheapest reduction for its size."""
+    numel = mask.numel()
+    if numel == 1:
+        return bool(mask)
+    if numel >= _NUMPY_REDUCE_MIN and mask.is_cpu and mask.dtype is torch.bool:
+        return bool(mask.numpy().all())
+    return bool(mask.all())
 
 
 def any_true(mask: torch.Tensor) -> bool:
-    """Whether some element of a boolean mask is set (one element: no reduction kernel)."""
-    return bool(mask) if mask.numel() == 1 else bool(mask.any())
+    """Whether some element of a mask is set, with the cheapest reduction for its size."""
+    numel = mask.numel()
+    if numel == 1:
+        return bool(mask)
+    if mask.is_cpu and mask.dtype is torch.bool:
+        if numel >= _NUMPY_REDUCE_MIN:
+            return bool(mask.numpy().any())
+        # count_nonzero skips the reduction set-up of any(): ~1.0 instead of ~1.5 us
+        return bool(mask.count_nonzero())
+    return bool(mask.any())
 
 
 def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:
@@ -130,7 +148,7 @@ def update_during_reset(
             if previous is None or not isinstance(value, torch.Tensor):
                 continue
             if previous.shape != value.shape:
-                if bool(mask.any()):
+                if any_true(mask):
                     continue
                 masked[full_key] = previous
                 continue
@@ -204,12 +222,12 @@ def partial_step(env: Any, tensordict: TensorDictBase, mask: torch.Tensor) -> Te
             return env._step(tensordict)
         finally:
             tensordict.del_("_step")
-    if bool(mask.all()):
+    if all_true(mask):
         return env._step(tensordict)
     if not tensordict.batch_dims:
         return fill_from_input(tensordict, _output_keys(env), torch.Size([]), 0)
     mask = mask.reshape(tensordict.batch_size)
-    if bool(mask.any()):
+    if any_true(mask):
         sub = env._post_process(env._step(tensordict[mask]))
         return merge_partial_step(tensordict, sub, mask)
     return fill_from_input(

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.envs._keys import as_tuple
-from tdrl.envs._partial import align_mask
+from tdrl.envs._partial import align_mask, any_true
 from tdrl.envs.common import EnvBase
 
 __all__ = ["AutoResetEnv", "AutoResetHandler"]
@@ -103,7 +103,7 @@ class AutoResetHandler:
         dones = {}
         for done_key in done_keys:
             done = next_tensordict.get(done_key, None)
-            if done is not None and bool(done.any()):
+            if done is not None and any_true(done):
                 dones[done_key] = done
         if not dones:
             return next_tensordict

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
 
+from tdrl.envs._partial import all_true
 from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
 from tdrl.envs.batched import _shared
 from tdrl.envs.batched._runner import CALLABLE
@@ -499,7 +500,7 @@ class BatchedEnvBase(EnvBase):
                     need |= self._worker_mask(mask).cpu()
                 workers = need.nonzero().squeeze(-1).tolist()
                 for w in workers:
-                    if not all(bool(mask[w].all()) for _, mask in masks):
+                    if not all(all_true(mask[w]) for _, mask in masks):
                         entries[w] = tensordict[w].select(*[key for key, _ in masks]).to("cpu")
             present = [k for k in self._state_keys if tensordict.get(k, None) is not None]
             if present and self._use_buffers:

@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data import Categorical, Composite, Unbounded
+from tdrl.envs._partial import all_true
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._gym_spaces import make_space_codec
 
@@ -133,7 +134,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         if mask is None:
             return None
         mask = mask.reshape(mask.shape[0], -1).any(-1)
-        if bool(mask.all()):
+        if all_true(mask):
             return None
         return mask.nonzero().squeeze(-1).cpu().numpy().astype(np.int32)
 

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
+from tdrl.envs._partial import all_true
 from tdrl.envs._slot_pool import SlotPool
 from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
@@ -464,7 +465,7 @@ class GymWrapper(GymLikeEnv):
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         if self._is_batched and tensordict is not None:
             mask = tensordict.get("_reset", None)
-            if mask is not None and not bool(mask.all()) and self._can_reset_part():
+            if mask is not None and not all_true(mask) and self._can_reset_part():
                 return self._partial_reset(mask, **kwargs)
         observation, info = self._env.reset(**kwargs)
         source = self._read_obs(observation)

@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.data import Bounded, Categorical, Unbounded
+from tdrl.envs._partial import all_true
 from tdrl.envs._step_mdp import fast_get, fast_set
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
@@ -231,7 +232,7 @@ class TrajCounter(Transform):
             self._traj_count.add_(count)
         ids = torch.zeros(shape, dtype=torch.int64, device=done.device)
         ids[reset] = torch.arange(start, start + count, device=done.device)
-        if previous is not None and not bool(reset.all()):
+        if previous is not None and not all_true(reset):
             ids = torch.where(reset, ids, previous.reshape(shape))
         tensordict_reset.set(self.out_key, ids)
         return tensordict_reset

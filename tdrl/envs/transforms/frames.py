@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDictBase, unravel_key
 
 from tdrl.data import Bounded
+from tdrl.envs._partial import all_true
 from tdrl.envs.transforms.transform import (
     MISSING_KEY_ERROR,
     NestedKey,
@@ -65,7 +66,7 @@ def _batch_mask(reset: torch.Tensor | None, batch_shape: torch.Size) -> torch.Te
         reset = reset.reshape(*batch_shape, -1).any(-1)
     elif reset.shape != batch_shape:
         reset = reset.expand(batch_shape)
-    if bool(reset.all()):
+    if all_true(reset):
         return None
     return reset
 

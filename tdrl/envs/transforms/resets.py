@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data import Composite, Unbounded
-from tdrl.envs._partial import align_mask
+from tdrl.envs._partial import align_mask, all_true
 from tdrl.envs.auto_reset import AutoResetHandler
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
@@ -268,7 +268,7 @@ class NoopResetEnv(Transform):
         parent = _require_parent(self)
         for reset_key in parent.reset_keys:
             mask = tensordict.get(reset_key, None)
-            if mask is not None and mask.numel() > 1 and not bool(mask.all()):
+            if mask is not None and mask.numel() > 1 and not all_true(mask):
                 raise ValueError(
                     "NoopResetEnv: partial resets of batched envs are not supported (the random "
                     f"steps would move elements that were not reset); got {reset_key!r} = "

@@ -16,7 +16,7 @@ from tensordict import TensorDictBase
 
 from tdrl.data import Unbounded
 from tdrl.envs._keys import as_tuple, from_tuple
-from tdrl.envs._partial import align_mask
+from tdrl.envs._partial import align_mask, all_true, any_true
 from tdrl.envs._step_mdp import fast_get, fast_set
 from tdrl.envs.transforms.rewards import KEY_SPEC_ERROR, _keys_or
 from tdrl.envs.transforms.transform import (
@@ -97,7 +97,7 @@ def _episode_cumsum(reward: torch.Tensor, done: torch.Tensor | None, dim: int) -
     """Cumulative sum of ``reward`` along ``dim``, restarting after each ``done``."""
     exact = reward.dtype if not reward.is_floating_point() else torch.float64
     total = reward.to(exact).cumsum(dim)
-    if done is None or not bool(done.any()):
+    if done is None or not any_true(done):
         return total.to(reward.dtype)
     length = reward.shape[dim]
     view = [1] * reward.ndim
@@ -275,7 +275,7 @@ class _EpisodeTracker(Transform):
             previous = tensordict.get(out_key, None)
             if previous is not None and previous.shape == value.shape:
                 mask = _first_mask(tensordict, reset_keys)
-                if mask is not None and not bool(mask.all()):
+                if mask is not None and not all_true(mask):
                     mask = align_mask(mask, value.shape, "_reset", reset_keys[0], out_key)
                     value = torch.where(mask, value, previous)
             tensordict_reset.set(out_key, value)

@@ -236,11 +236,11 @@ class TransformedEnv(EnvBase):
                 f"{tuple(batch_size)}), got shape {tuple(partial.shape)}"
             )
         mask = partial.reshape(batch_size)
-        if bool(mask.all()):
+        if _partial.all_true(mask):
             next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
             return transform._step(tensordict, next_tensordict)
         skipped = self._skip_tensordict(tensordict)
-        if not bool(mask.any()):
+        if not _partial.any_true(mask):
             return skipped
         if base.batch_locked:
             tensordict_in.set("_step", mask)
