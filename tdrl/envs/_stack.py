@@ -78,7 +78,9 @@ def _stack_level(
         else:
             source[key] = torch.stack(column, dim)
     batch_size = torch.Size((*batch[:dim], count, *batch[dim:]))
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device), columns
+    return TensorDict._new_unsafe(
+        source, batch_size=batch_size, device=device, nested=False
+    ), columns
 
 
 def stack_steps(steps: list, dim: int) -> TensorDict:

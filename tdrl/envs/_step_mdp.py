@@ -35,7 +35,7 @@ def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> Te
         if type(value) is TensorDict:
             value = _fresh(value, (*prefix, key), excluded, device)
         source[key] = value
-    return TensorDict._new_unsafe(source, batch_size=td.batch_size, device=device)
+    return TensorDict._new_unsafe(source, batch_size=td.batch_size, device=device, nested=False)
 
 
 def entries(td: TensorDictBase) -> Mapping:
@@ -141,7 +141,7 @@ def _merge(
     for key in root_tds:
         if key not in next_entries:
             source[key] = _fresh(source[key], (*prefix, key), excluded, device)
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device, nested=False)
 
 
 def _merge_flat(tensordict: TensorDict, excluded: dict) -> TensorDictBase | None:
@@ -162,7 +162,7 @@ def _merge_flat(tensordict: TensorDict, excluded: dict) -> TensorDictBase | None
         if key not in names:
             source[key] = value
     return TensorDict._new_unsafe(
-        source, batch_size=tensordict.batch_size, device=tensordict.device
+        source, batch_size=tensordict.batch_size, device=tensordict.device, nested=False
     )
 
 

@@ -211,7 +211,10 @@ class EnvRunner:
         """A new tensordict over the input buffer views (so the env may add entries)."""
         if self.flat_input is not None:
             return TensorDict._new_unsafe(
-                dict(self.flat_input), batch_size=self.batch_size, device=self.input_device
+                dict(self.flat_input),
+                batch_size=self.batch_size,
+                device=self.input_device,
+                nested=False,
             )
         return self.input_td.copy()
 

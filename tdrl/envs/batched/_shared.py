@@ -201,6 +201,7 @@ def _copy(td: TensorDictBase, exclude: list) -> TensorDictBase:
             {key: value.clone() for key, value in td._tensordict.items()},
             batch_size=td.batch_size,
             device=td.device,
+            nested=False,
         )
     return td.clone()
 
