@@ -180,3 +180,20 @@ class implement_for:
             f"{type(self).__name__}(module_name={self.module_name!r}, "
             f"from_version={self.from_version!r}, to_version={self.to_version!r})"
         )
+
+
+#: Options tensordict reads from the environment when it is imported.
+_TENSORDICT_OPTIONS = ("LAZY_LEGACY_OP", "LIST_TO_STACK", "CAPTURE_NONTENSOR_STACK")
+
+
+def drop_unset_tensordict_options(environ: Any) -> None:
+    """Remove tensordict options that hold the text ``"None"`` from ``environ``.
+
+    tensordict 0.14 writes ``"None"`` into these variables when one of its option
+    contexts exits with the option unset (e.g. inside ``torch.stack`` of tensordicts with
+    different shapes); a child process that imports tensordict then fails to parse it.
+    ``"None"`` means unset, so removing the variable changes nothing in this process.
+    """
+    for name in _TENSORDICT_OPTIONS:
+        if environ.get(name) == "None":
+            del environ[name]

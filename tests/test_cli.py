@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from tdrl._utils import drop_unset_tensordict_options
 from tdrl.cli import build_parser
 
 av = pytest.importorskip("av")
@@ -14,6 +15,7 @@ av = pytest.importorskip("av")
 
 def run_tdrl(*args, cwd=None, timeout=120):
     env = dict(os.environ, SDL_VIDEODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1")
+    drop_unset_tensordict_options(env)
     return subprocess.run(
         [sys.executable, "-m", "tdrl", *args],
         capture_output=True,

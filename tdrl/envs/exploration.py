@@ -8,7 +8,8 @@ so ``TensorDictModule``-based policies see the mode set here.
 
 from __future__ import annotations
 
-from tensordict.nn import InteractionType, interaction_type, set_interaction_type
+# tensordict.nn re-exports interaction_type only from 0.15 on; the module has it since 0.14
+from tensordict.nn.probabilistic import InteractionType, interaction_type, set_interaction_type
 
 __all__ = ["ExplorationType", "exploration_type", "set_exploration_type"]
 

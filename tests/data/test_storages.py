@@ -1,9 +1,10 @@
+import io
 import multiprocessing as mp
 import os
 
 import pytest
 import torch
-from tensordict import MemoryMappedTensor, TensorDict
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from tdrl.data.replay_buffers import (
     LazyMemmapStorage,
@@ -127,6 +128,46 @@ def test_tensor_storage_state_dict_roundtrip():
     same.set(slice(0, 1), TensorDict({"a": torch.zeros(1), "b": {"c": torch.zeros(1, 2)}}, [1]))
     same.load_state_dict(state)
     assert len(same) == 3 and torch.equal(same.get(2)["a"], torch.tensor(2.0))
+
+
+def _holds_tensordict(value):
+    if isinstance(value, TensorDictBase):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensordict(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensordict(v) for v in value)
+    return False
+
+
+def test_tensor_storage_state_dict_loads_with_weights_only():
+    """The state holds plain containers, so weights_only loading works on any tensordict."""
+    storage = LazyTensorStorage(6)
+    data = TensorDict(
+        {"a": torch.arange(4.0), "b": {"c": torch.ones(4, 2, dtype=torch.int64)}}, [4]
+    )
+    storage.set(slice(0, 4), data)
+    state = storage.state_dict()
+    assert not _holds_tensordict(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    other = LazyTensorStorage(6)
+    other.load_state_dict(torch.load(buffer, weights_only=True))
+    assert len(other) == 4
+    assert (other.get(slice(0, 4)) == data).all()
+    assert other.get(0)["b", "c"].dtype == torch.int64
+
+
+def test_tensor_storage_loads_state_holding_a_tensordict():
+    """States whose content is a tensordict (older format, non-tensor leaves) still load."""
+    storage = LazyTensorStorage(3)
+    storage.set(slice(0, 2), TensorDict({"a": torch.ones(2)}, [2]))
+    state = storage.state_dict()
+    state["_storage"] = TensorDict({"a": torch.tensor([1.0, 2.0, 0.0])}, [3])
+    other = LazyTensorStorage(3)
+    other.load_state_dict(state)
+    assert torch.equal(other.get(slice(0, 2))["a"], torch.tensor([1.0, 2.0]))
 
 
 def test_pytree_storage_state_dict_roundtrip():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import InteractionType, interaction_type
+from tensordict.nn.probabilistic import InteractionType, interaction_type
 
 from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
 from tdrl.envs import (

@@ -34,6 +34,35 @@ def _as_tuple(key: Any) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
+def _plain_state(td: TensorDictBase) -> dict | TensorDictBase:
+    """``td`` as nested dicts of tensors, which ``torch.load(weights_only=True)`` accepts.
+
+    Non-tensor leaves have no such form: the tensordict itself is returned then.
+    """
+    entries: dict = {}
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            value = _plain_state(value)
+            if isinstance(value, TensorDictBase):
+                return td
+        elif type(value) is not torch.Tensor:
+            return td
+        entries[key] = value
+    device = None if td.device is None else str(td.device)
+    return {"entries": entries, "batch_size": list(td.batch_size), "device": device}
+
+
+def _from_plain_state(state: dict | TensorDictBase) -> TensorDictBase:
+    """Inverse of :func:`_plain_state` (a tensordict passes through)."""
+    if isinstance(state, TensorDictBase):
+        return state
+    source = {
+        key: value if isinstance(value, torch.Tensor) else _from_plain_state(value)
+        for key, value in state["entries"].items()
+    }
+    return TensorDict(source, batch_size=state["batch_size"], device=state["device"])
+
+
 def _out_of_range(index: Any, length: int) -> IndexError:
     return IndexError(
         f"index out of range: expected indices in [-{length}, {length}) for a storage holding "
@@ -641,9 +670,13 @@ class TensorStorage(Storage):
         self._len_np[()] = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Content (a TensorDict), length and layout, for ``torch.save``."""
+        """Content (nested dicts of tensors), length and layout, for ``torch.save``.
+
+        Only tensors, lists, strings and numbers: ``torch.load(..., weights_only=True)``
+        reads it back whatever the installed tensordict version.
+        """
         return {
-            "_storage": None if self._td is None else self._td.to_tensordict(),
+            "_storage": None if self._td is None else _plain_state(self._td.to_tensordict()),
             "initialized": self._td is not None,
             "_len": int(self._len_np),
             "kind": self._kind,
@@ -654,6 +687,7 @@ class TensorStorage(Storage):
         """Restore content and length; allocates the storage first when it is still lazy."""
         content = state_dict["_storage"]
         if content is not None:
+            content = _from_plain_state(content)
             if self._td is None:
                 self._kind = state_dict.get("kind", "tensordict")
                 if state_dict.get("treespec") is not None:

@@ -17,10 +17,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.context
+import os
 import sys
 import threading
 from collections.abc import Iterator
 from multiprocessing.context import BaseContext
+
+from tdrl._utils import drop_unset_tensordict_options
 
 #: Modules imported once by the fork server so that workers start without re-importing them.
 FORKSERVER_PRELOAD = ["torch", "tensordict", "tdrl.envs"]
@@ -64,6 +67,9 @@ def validate_start_method(method: str | None) -> str | None:
 def get_context(method: str | None) -> BaseContext:
     """A multiprocessing context for ``method`` (None: :func:`default_start_method`)."""
     method = validate_start_method(method) or default_start_method()
+    if method != "fork":
+        # the new interpreter imports tensordict again and must be able to parse its options
+        drop_unset_tensordict_options(os.environ)
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         # Only affects the fork server process; ignored once that server runs.

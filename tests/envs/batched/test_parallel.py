@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from functools import partial
 
@@ -140,6 +141,17 @@ def test_default_start_method_is_fork_when_safe():
     finally:
         stop.set()
         thread.join()
+
+
+def test_spawned_workers_get_parsable_tensordict_options(monkeypatch):
+    """tensordict 0.14 leaves "None" in its option variables; new interpreters must not see it."""
+    monkeypatch.setenv("LAZY_LEGACY_OP", "None")
+    monkeypatch.setenv("LIST_TO_STACK", "True")
+    _start.get_context("fork")
+    assert os.environ["LAZY_LEGACY_OP"] == "None"
+    _start.get_context("spawn")
+    assert "LAZY_LEGACY_OP" not in os.environ
+    assert os.environ["LIST_TO_STACK"] == "True"
 
 
 def test_invalid_start_method():
