@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tdrl-installed
+# the same environment with the oldest supported tensordict (requirements/lock-min.txt)
+MIN_VENV := .venv-min
+MIN_STAMP := $(MIN_VENV)/.tdrl-installed
 
-.PHONY: setup lint format test bench demo clean
+.PHONY: setup lint format test test-min bench demo clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,6 +16,13 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	@touch $(STAMP)
 
 setup: $(STAMP)
+
+$(MIN_STAMP): requirements/lock.txt requirements/lock-min.txt pyproject.toml
+	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock-min.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(MIN_STAMP)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -25,6 +35,9 @@ format: setup
 test: lint
 	$(PY) -m pytest
 
+test-min: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -m pytest
+
 demo: setup
 	$(PY) -m tdrl demo
 
@@ -32,4 +45,4 @@ bench: setup
 	$(PY) -m tdrl bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(MIN_VENV) build *.egg-info
