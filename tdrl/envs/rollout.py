@@ -207,7 +207,11 @@ def rollout(
             cast,
             policy_device,
         )
-    return _stack(steps, return_contiguous, out)
+        result = _stack(steps, return_contiguous, out)
+        # free the per-step tensordicts while the collector is paused: resumed with them
+        # alive, its next pass would walk all of them
+        del steps, tensordict
+    return result
 
 
 def _run(
