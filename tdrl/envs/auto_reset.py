@@ -15,9 +15,8 @@ from tensordict import TensorDictBase
 
 from tdrl.envs._keys import as_tuple
 from tdrl.envs._partial import align_mask, any_true
-from tdrl.envs.common import EnvBase
 
-__all__ = ["AutoResetEnv", "AutoResetHandler"]
+__all__ = ["AutoResetHandler"]
 
 
 class AutoResetHandler:
@@ -122,63 +121,3 @@ class AutoResetHandler:
             tensordict_reset.set(key, value)
         self._stash = {}
         return tensordict_reset
-
-
-class AutoResetEnv(EnvBase):
-    """Wrap an auto-resetting env so that rollouts reuse the observations its ``_step`` returns.
-
-    The wrapper exposes the specs of ``env``, runs its ``_step`` / ``_reset``
-    and applies :class:`AutoResetHandler`: resets triggered by done flags take
-    the stashed observations instead of calling ``env._reset``.
-
-    Args:
-        env: the auto-resetting env.
-        replace: replace the last observation of each episode with a fill value.
-        fill_float: fill value for floating entries.
-        fill_int: fill value for integer entries.
-        fill_bool: fill value for boolean entries.
-
-    Examples:
-        >>> from tdrl.envs import PendulumEnv
-        >>> env = AutoResetEnv(PendulumEnv())
-        >>> env.auto_reset
-        True
-    """
-
-    def __init__(
-        self,
-        env: EnvBase,
-        *,
-        replace: bool = True,
-        fill_float: float | str = "nan",
-        fill_int: int = -1,
-        fill_bool: bool = False,
-    ) -> None:
-        super().__init__(
-            device=env.device,
-            batch_size=env.batch_size,
-            allow_done_after_reset=env.allow_done_after_reset,
-            auto_reset=True,
-            auto_reset_replace=replace,
-        )
-        self.__dict__["_auto_reset_handler"] = AutoResetHandler(
-            replace=replace, fill_float=fill_float, fill_int=fill_int, fill_bool=fill_bool
-        )
-        self.base_env = env
-        self.batch_locked = env.batch_locked
-        self.output_spec = env.output_spec.clone()
-        self.input_spec = env.input_spec.clone()
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return self.base_env._post_process(self.base_env._step(tensordict))
-
-    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        return self.base_env._post_process(self.base_env._reset(tensordict, **kwargs))
-
-    def _set_seed(self, seed: int | None) -> None:
-        self.base_env.set_seed(seed, static_seed=True)
-
-    def close(self, *, raise_if_closed: bool = True) -> None:
-        """Close the wrapped env."""
-        self.base_env.close()
-        super().close()

@@ -5,7 +5,17 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from tdrl.data import Bounded, Categorical, Composite, Unbounded
-from tdrl.envs import AutoResetEnv, AutoResetHandler, EnvBase, EnvMetaData, seed_generator
+from tdrl.envs import (
+    AutoResetEnv,
+    AutoResetHandler,
+    AutoResetTransform,
+    Compose,
+    EnvBase,
+    EnvMetaData,
+    StepCounter,
+    TransformedEnv,
+    seed_generator,
+)
 from tests.mocks import (
     AutoResettingCountingEnv,
     CountingEnv,
@@ -370,7 +380,7 @@ def test_auto_reset_without_replace_keeps_values():
 
 
 def test_auto_reset_env_wrapper_and_handler_fill_values():
-    env = AutoResetEnv(AutoResettingCountingEnv(max_steps=2), fill_float=-5.0)
+    env = AutoResetEnv(AutoResettingCountingEnv(max_steps=2), AutoResetTransform(fill_float=-5.0))
     data = env.rollout(4, break_when_any_done=False)
     assert data["next", "observation"][1, 0].item() == -5.0
     handler = AutoResetHandler(fill_int=-7)
@@ -380,6 +390,35 @@ def test_auto_reset_env_wrapper_and_handler_fill_values():
     step = handler.on_step(step, ["observation"], ["done"])
     assert step["observation"].squeeze(-1).tolist() == [-7, 4]
     assert handler.has_stash()
+
+
+def test_auto_reset_env_is_a_transformed_env_like_the_constructor_argument():
+    wrapped = AutoResetEnv(AutoResettingCountingEnv(max_steps=2, batch_size=(2,)))
+    assert isinstance(wrapped, TransformedEnv) and wrapped.auto_reset
+    assert isinstance(wrapped.transform, AutoResetTransform)
+    built = AutoResettingCountingEnv(max_steps=2, batch_size=(2,), auto_reset=True)
+    torch.manual_seed(0)
+    expected = built.rollout(5, break_when_any_done=False)
+    torch.manual_seed(0)
+    got = wrapped.rollout(5, break_when_any_done=False)
+    torch.testing.assert_close(got.to_dict(), expected.to_dict(), equal_nan=True)
+    assert torch.isnan(got["next", "observation"][:, 1]).all()
+
+
+def test_auto_reset_env_takes_a_compose_starting_with_the_transform():
+    env = AutoResetEnv(
+        AutoResettingCountingEnv(max_steps=2),
+        Compose(AutoResetTransform(replace=False), StepCounter()),
+    )
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "step_count"].squeeze(-1).tolist() == [1, 2, 1, 2]
+    assert not torch.isnan(data["next", "observation"]).any()
+
+
+@pytest.mark.parametrize("transform", [StepCounter(), Compose(StepCounter(), AutoResetTransform())])
+def test_auto_reset_env_rejects_other_transforms(transform):
+    with pytest.raises(TypeError, match="AutoResetTransform.*got StepCounter"):
+        AutoResetEnv(AutoResettingCountingEnv(max_steps=2), transform)
 
 
 def test_auto_reset_step_and_maybe_reset_skips_real_reset():

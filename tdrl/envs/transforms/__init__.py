@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tdrl.envs.transforms.actions import ActionMask
+from tdrl.envs.transforms.auto_reset_env import AutoResetEnv
 from tdrl.envs.transforms.checks import FiniteTensorDictCheck
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.counters import InitTracker, StepCounter, TrajCounter
@@ -75,6 +76,7 @@ __all__ = [
     "ToTensorImage",
     "gSDENoise",
     "ActionMask",
+    "AutoResetEnv",
     "AutoResetTransform",
     "BatchSizeTransform",
     "CatTensors",
