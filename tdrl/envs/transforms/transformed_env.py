@@ -352,4 +352,6 @@ class TransformedEnv(EnvBase):
             return getattr(base, name)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(\n    env={self.base_env!r},\n    transform={self.transform!r})"
+        return (
+            f"{type(self).__name__}(\n    env={self.base_env!r},\n    transform={self.transform!r})"
+        )
