@@ -381,3 +381,76 @@ def test_buffer_checkpointer_argument_and_slice_sampler_state(tmp_path):
     torch.manual_seed(5)
     second = other.sample()
     assert_same(first, second)
+
+
+# -- items with batch dims of their own -------------------------------------------------------------
+def _ted_items(shape, seed=0):
+    """TED data of the given batch shape (time last) with one-step-shifted observations."""
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.randn(*shape[:-1], shape[-1] + 1, 2, generator=gen)
+    done = torch.zeros(*shape, 1, dtype=torch.bool)
+    done[..., -1, :] = True
+    return TensorDict(
+        {"obs": obs[..., :-1, :], "next": {"obs": obs[..., 1:, :], "done": done}}, list(shape)
+    )
+
+
+def _checkpointer(name):
+    if name == "h5":
+        pytest.importorskip("h5py")
+        return H5StorageCheckpointer()
+    return {
+        "tensor": None,
+        "flat": FlatStorageCheckpointer(),
+        "nested": NestedStorageCheckpointer(),
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["tensor", "flat", "nested", "h5"])
+@pytest.mark.parametrize("ndim, shape, stored", [(1, (6, 5), (20, 5)), (2, (2, 8, 3), (10, 2, 3))])
+def test_round_trip_keeps_item_batch_dims(tmp_path, name, ndim, shape, stored):
+    """[N, T] items (ndim=1) and [B, T, K] data (ndim=2) keep their batch size through dumps."""
+    rb = TensorDictReplayBuffer(
+        storage=LazyMemmapStorage(20, ndim=ndim, scratch_dir=tmp_path / "a"),
+        checkpointer=_checkpointer(name),
+    )
+    for seed in range(3):  # the last extend wraps around
+        rb.extend(_ted_items(shape, seed))
+    assert rb.storage._storage.batch_size == stored
+    rb.dumps(tmp_path / "ckpt")
+    other = TensorDictReplayBuffer(
+        storage=LazyMemmapStorage(20, ndim=ndim, scratch_dir=tmp_path / "b"),
+        checkpointer=_checkpointer(name),
+    )
+    other.loads(tmp_path / "ckpt")
+    assert other.storage._storage.batch_size == stored
+    assert_same(rb[:], other[:])
+    assert other.sample(4).batch_size == (4, *stored[ndim:])
+
+
+def _cut_checkpoint(folder, ndim=1):
+    """Rewrite a storage checkpoint as versions that cut the root batch size to ``ndim`` dims."""
+    meta_file = folder / "checkpoint.json"
+    meta = json.loads(meta_file.read_text())
+    meta.pop("full_batch_size")
+    meta["layout"]["batch_size"] = meta["layout"]["batch_size"][:ndim]
+    meta_file.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("name", ["tensor", "flat"])
+def test_checkpoint_with_a_cut_batch_size_loads_with_the_full_one(tmp_path, name):
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), checkpointer=_checkpointer(name))
+    rb.extend(_ted_items((6, 5)))
+    rb.dumps(tmp_path / "ckpt")
+    _cut_checkpoint(tmp_path / "ckpt" / "storage")
+    lazy = TensorDictReplayBuffer(storage=LazyTensorStorage(10), checkpointer=_checkpointer(name))
+    lazy.loads(tmp_path / "ckpt")  # the nested "next" kept [10, 5]: the root's is recovered
+    assert lazy.storage._storage.batch_size == (10, 5)
+    assert_same(rb[:], lazy[:])
+    allocated = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10), checkpointer=_checkpointer(name)
+    )
+    allocated.extend(_ted_items((1, 5), seed=3))
+    allocated.loads(tmp_path / "ckpt")
+    assert allocated.storage._storage.batch_size == (10, 5)
+    assert_same(rb[:], allocated[:])

@@ -169,3 +169,16 @@ def test_components_and_state(tmp_path):
     StorageEnsemble(LazyTensorStorage(20), LazyTensorStorage(20), LazyTensorStorage(20)).loads(
         tmp_path / "storages"
     )
+
+
+def test_sub_buffers_of_trajectory_items():
+    rbs = []
+    for value in range(2):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(TensorDict({"x": torch.full((4, 5), float(value))}, [4, 5]))
+        rbs.append(rb)
+    ensemble = ReplayBufferEnsemble(*rbs, sample_from_all=True, batch_size=6)
+    sample = ensemble.sample()
+    assert sample.batch_size == (2, 3, 5)
+    assert sample["index"].shape == sample["buffer_ids"].shape == (2, 3, 5)
+    assert torch.equal(sample["x"], sample["buffer_ids"].float())

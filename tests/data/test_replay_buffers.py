@@ -425,3 +425,126 @@ def test_exports():
 def test_repr():
     rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=PrioritizedSampler(10, 0.5, 0.5))
     assert "PrioritizedSampler" in repr(rb) and "LazyTensorStorage" in repr(rb)
+
+
+# -- ListStorage: more items than the capacity, sequences of items --------------------------------
+@pytest.mark.parametrize("storage_cls", [ListStorage, LazyTensorStorage])
+def test_extend_beyond_capacity_keeps_the_last_items(storage_cls):
+    rb = ReplayBuffer(storage=storage_cls(10))
+    items = list(range(12)) if storage_cls is ListStorage else torch.arange(12)
+    index = rb.extend(items)
+    assert index.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    assert rb[:].tolist() == [10, 11, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert rb.writer._cursor == 2 and rb.write_count == 12
+    more = list(range(20, 33)) if storage_cls is ListStorage else torch.arange(20, 33)
+    rb.extend(more)  # from a non-zero cursor, wrapping again
+    assert sorted(rb[:].tolist()) == list(range(23, 33))
+    assert rb.add(99 if storage_cls is ListStorage else torch.tensor(99)) == 5
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda storage: PrioritizedReplayBuffer(alpha=0.7, beta=0.9, storage=storage),
+        lambda storage: ReplayBuffer(storage=storage),
+    ],
+)
+def test_list_storage_extends_with_range_and_tuples(make):
+    rb = make(ListStorage(10))
+    assert rb.extend(range(10)).tolist() == list(range(10))
+    assert rb.storage._storage == list(range(10))
+    assert set(rb.sample(5).tolist()) <= set(range(10))
+    words = make(ListStorage(10))
+    words.extend(("a", "b", "c"))
+    assert len(words) == 3 and words[:] == ["a", "b", "c"]
+    mixed = make(ListStorage(10))
+    mixed.extend((torch.zeros(2), "x"))  # not all tensors: two items
+    assert len(mixed) == 2 and mixed[1] == "x"
+    pytree = make(ListStorage(10))
+    pytree.extend((torch.zeros(4, 2), torch.arange(4)))  # tensors only: a pytree of 4 items
+    assert len(pytree) == 4 and pytree.storage._storage[3][1] == 3
+
+
+def test_tensor_storage_extend_with_non_tensors_names_what_it_expects():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    expected = "extend expects a tensor, a TensorDict, a list of items or a pytree of tensors"
+    with pytest.raises(TypeError, match=f"{expected}.*got range"):
+        rb.extend(range(10))
+    with pytest.raises(TypeError, match=f"{expected}.*got tuple holding str"):
+        rb.extend(("a", "b"))
+
+
+# -- writing back at sampled indices ----------------------------------------------------------------
+def _ndim2_buffer(sampler=None):
+    kwargs = {} if sampler is None else {"sampler": sampler}
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20, ndim=2), batch_size=4, **kwargs)
+    rb.extend(TensorDict({"a": torch.zeros(2, 5), "b": torch.zeros(2, 5, 3)}, [2, 5]))
+    return rb
+
+
+@pytest.mark.parametrize("form", ["tuple", "tensor"])
+def test_ndim2_write_back_at_sampled_indices(form):
+    rb = _ndim2_buffer()
+    sample = rb.sample()
+    coords = sample["index"]
+    assert coords.shape == (4, 2)
+    sample["a"] = coords[:, 0] * 10.0 + coords[:, 1] + 1
+    index = tuple(coords.unbind(-1)) if form == "tuple" else coords
+    rb[index] = sample.exclude("index")
+    stored = rb[:]
+    expected = torch.zeros(5, 2)
+    expected[coords[:, 0], coords[:, 1]] = coords[:, 0] * 10.0 + coords[:, 1] + 1
+    assert torch.equal(stored["a"], expected)
+    assert torch.equal(rb[index]["a"], sample["a"])  # reads take the same index forms
+    assert len(rb) == 10 and rb.writer._cursor == 5
+    with pytest.raises(IndexError, match="along dim 1"):
+        rb[(torch.tensor([0]), torch.tensor([2]))] = sample[:1].exclude("index")
+    with pytest.raises(IndexError, match="along dim 0"):
+        rb[torch.tensor([[5, 0]])] = sample[:1].exclude("index")
+
+
+def test_ndim2_write_back_resets_priorities():
+    sampler = PrioritizedSampler(20, alpha=1.0, beta=1.0)
+    rb = _ndim2_buffer(sampler)
+    rb.update_priority(torch.tensor([[0, 0], [1, 1]]), torch.tensor([5.0, 5.0]))
+    coords = torch.tensor([[1, 1]])
+    rb[coords] = TensorDict({"a": torch.ones(1), "b": torch.ones(1, 3)}, [1])
+    leaves = sampler._tree.leaves()
+    assert leaves[0].item() == pytest.approx(5.0)
+    assert leaves[3].item() == pytest.approx(sampler.default_priority)
+
+
+def test_trajectory_items_sample_index_write_back_and_priorities():
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=LazyTensorStorage(10), batch_size=4, eps=0.0
+    )
+    data = TensorDict({"x": torch.arange(30.0).reshape(6, 5)}, [6, 5])
+    index = rb.extend(data)
+    assert data["index"].shape == (6, 5) and torch.equal(data["index"][:, 0], index)
+    sample = rb.sample()
+    assert sample.batch_size == (4, 5)
+    assert sample["index"].shape == sample["priority_weight"].shape == (4, 5)
+    items = sample["index"][:, 0]
+    assert torch.equal(sample["x"], data["x"][items])
+    sample["x"] = -sample["x"]
+    rb[sample["index"]] = sample.exclude("index", "priority_weight")
+    assert torch.equal(rb[items]["x"], -data["x"][items])
+    # per-step errors are reduced per item (reduction "max")
+    data["td_error"] = torch.arange(30.0).reshape(6, 5) + 1
+    rb.update_tensordict_priority(data)
+    leaves = rb.sampler._tree.leaves()[:6]
+    assert torch.equal(leaves, torch.arange(5.0, 31.0, 5.0, dtype=torch.float64))
+
+
+def test_random_crop_on_stored_trajectories():
+    from tdrl.envs import RandomCropTensorDict
+
+    obs = torch.randn(100, 50, 1)
+    data = TensorDict({"obs": obs[:, :-1], "next": {"obs": obs[:, 1:]}}, [100, 49])
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(1000))
+    rb.extend(data)
+    rb.append_transform(RandomCropTensorDict(sub_seq_len=10))
+    sample = rb.sample(16)
+    assert sample.batch_size == (16, 10)
+    assert sample["obs"].shape == (16, 10, 1)
+    assert (sample["obs"][:, 1:] == sample["next", "obs"][:, :-1]).all()

@@ -121,14 +121,73 @@ def test_max_priority_within_buffer():
 
 @pytest.mark.parametrize(
     "bad, match",
-    [(0.0, "> 0, got 0.0"), (-1.0, "> 0, got -1.0"), (float("nan"), "NaN"), (float("inf"), "inf")],
+    [
+        (0.0, "a priority of 0 needs eps > 0.*eps=0"),
+        (-1.0, ">= 0, got -1.0"),
+        (float("nan"), "NaN"),
+        (float("inf"), "inf"),
+    ],
 )
 def test_bad_priorities_raise(bad, match):
-    rb = _prioritized(4)
+    rb = _prioritized(4)  # eps=0
     before = rb.sampler._tree.leaves().clone()
     with pytest.raises(ValueError, match=match):
         rb.update_priority(torch.arange(2), torch.tensor([1.0, bad]))
     assert torch.equal(before, rb.sampler._tree.leaves())
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_bad_priorities_raise_with_eps(bad):
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(4), sampler=PrioritizedSampler(4, alpha=0.7, beta=0.5)
+    )
+    rb.extend(torch.arange(4))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        rb.update_priority(torch.arange(2), torch.tensor([0.0, bad]))
+
+
+def test_zero_priority_accepted_when_eps_positive():
+    eps = 1e-3
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(4),
+        sampler=PrioritizedSampler(4, alpha=0.5, beta=1.0, eps=eps),
+    )
+    rb.extend(torch.arange(4))
+    rb.update_priority(torch.tensor([0, 1]), torch.tensor([0.0, 1.0]))
+    leaves = rb.sampler._tree.leaves()
+    assert leaves[0].item() == pytest.approx(eps**0.5)
+    assert leaves[1].item() == pytest.approx((1 + eps) ** 0.5)
+    _, info = rb.sample(64, return_info=True)
+    assert torch.isfinite(info["priority_weight"]).all()
+    rb.update_priority(torch.arange(4), 0.0)  # a scalar 0 for all
+    assert torch.allclose(
+        rb.sampler._tree.leaves()[:4], torch.full((4,), eps**0.5, dtype=torch.float64)
+    )
+
+
+def test_zero_td_error_updates_tensordict_priority():
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyTensorStorage(10), batch_size=4
+    )
+    rb.extend(TensorDict({"a": torch.arange(10), "td_error": torch.ones(10)}, [10]))
+    sample = rb.sample()
+    sample["td_error"] = torch.zeros(4)
+    rb.update_tensordict_priority(sample)
+    leaves = rb.sampler._tree.leaves()
+    expected = torch.full((4,), 1e-8**0.7, dtype=torch.float64)
+    assert torch.allclose(leaves[sample["index"]], expected)
+    # written data carrying zero priorities is accepted too
+    rb.extend(TensorDict({"a": torch.arange(2), "td_error": torch.zeros(2)}, [2]))
+
+
+def test_zero_priority_underflowing_tree_value_raises():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(4),
+        sampler=PrioritizedSampler(4, alpha=100.0, beta=1.0, eps=1e-8),
+    )
+    rb.extend(torch.arange(4))
+    with pytest.raises(ValueError, match="underflows"):
+        rb.update_priority(torch.tensor([0]), torch.tensor([0.0]))
 
 
 def test_priority_index_out_of_range():

@@ -505,3 +505,41 @@ def test_docs_examples_with_real_collectors():
     assert len(rb) == 100
     assert rb[:]["next", "step_count"].squeeze().shape == (50, 2)
     assert rb.sample().shape[0] <= 64
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SliceSampler(num_slices=2, traj_key="episode"),
+        lambda: SliceSamplerWithoutReplacement(num_slices=2, traj_key="episode"),
+        lambda: PrioritizedSliceSampler(40, 0.7, 0.5, num_slices=2, traj_key="episode"),
+    ],
+)
+def test_ndim2_items_with_batch_dims_of_their_own(make):
+    """[B, T, K] data in a ndim=2 storage: slices of [K] items, flags and index per item."""
+    streams, time, width = 2, 10, 3
+    step = torch.arange(time).view(1, time, 1).expand(streams, time, width)
+    data = TensorDict(
+        {
+            "episode": torch.arange(streams).view(streams, 1, 1).expand(streams, time, width),
+            "step": step.clone(),
+            "obs": torch.randn(streams, time, width, 4),
+        },
+        [streams, time, width],
+    )
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(40, ndim=2), sampler=make(), batch_size=10
+    )
+    rb.extend(data)
+    sample = rb.sample()
+    assert sample.batch_size == (10, width)
+    assert sample["index"].shape == (10, width, 2)
+    assert sample["next", "truncated"].shape == (10, width, 1)
+    slices = sample.reshape(2, 5, width)
+    assert (slices["step"].diff(dim=1) == 1).all()
+    assert (slices["episode"] == slices["episode"][:, :1]).all()
+    rows, stream = sample["index"][:, 0].unbind(-1)
+    assert torch.equal(sample["obs"], data["obs"][stream, rows])
+    assert (
+        slices["next", "truncated"][:, -1].all() and not slices["next", "truncated"][:, :-1].any()
+    )

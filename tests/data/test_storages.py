@@ -226,3 +226,129 @@ def test_explicit_dim_extend():
     rb.extend(torch.arange(6).reshape(2, 3))
     assert len(rb) == 3
     assert rb[0].tolist() == [0, 3]
+
+
+# -- items with batch dims of their own ------------------------------------------------------------
+def _trajectories(n=100, time=49):
+    return TensorDict({"obs": torch.randn(n, time, 3)}, [n, time])
+
+
+@pytest.mark.parametrize("buffer_cls", [ReplayBuffer, TensorDictReplayBuffer])
+@pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage])
+def test_stored_tensordict_keeps_batch_dims_after_the_first(buffer_cls, storage_cls):
+    rb = buffer_cls(storage=storage_cls(1000))
+    data = _trajectories()
+    rb.extend(data)
+    assert rb.storage._storage.batch_size == (1000, 49)
+    assert rb.storage.shape == (100, 49)
+    assert len(rb) == 100
+    assert rb[:2].batch_size == (2, 49)
+    assert rb[3].batch_size == (49,)
+    sample = rb.sample(16)
+    assert sample.batch_size == (16, 49)
+    assert sample["obs"].shape == (16, 49, 3)
+    stored = rb[torch.arange(100)]
+    assert torch.equal(stored["obs"], data["obs"])
+
+
+def test_tensor_storage_keeps_the_batch_size_given():
+    container = TensorDict({"obs": torch.zeros(10, 49, 3)}, [10, 49])
+    rb = ReplayBuffer(storage=TensorStorage(container))
+    assert rb.storage._storage.batch_size == (10, 49)
+    rb.extend(TensorDict({"obs": torch.ones(4, 49, 3)}, [4, 49]))
+    assert container["obs"][:4].eq(1).all()
+    assert rb.sample(5).batch_size == (5, 49)
+
+
+def test_ndim2_keeps_the_dims_after_ndim():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2))
+    data = TensorDict({"obs": torch.randn(2, 5, 4, 3)}, [2, 5, 4])
+    rb.extend(data)  # time (dim 1) goes first in the storage: rows of 2 streams
+    assert rb.storage._storage.batch_size == (50, 2, 4)
+    assert len(rb) == 10
+    sample, info = rb.sample(3, return_info=True)
+    assert sample.batch_size == (3, 4)
+    rows, streams = info["index"]
+    assert torch.equal(sample["obs"], data["obs"][streams, rows])
+
+
+def test_nested_tensordicts_keep_their_own_batch_dims():
+    data = TensorDict(
+        {"obs": torch.randn(6, 5, 2), "agents": TensorDict({"x": torch.randn(6, 5, 3)}, [6, 5, 3])},
+        [6, 5],
+    )
+    storage = LazyTensorStorage(10)
+    storage.set(slice(0, 6), data)
+    out = storage.get(torch.tensor([5, 0]))
+    assert out.batch_size == (2, 5) and out["agents"].batch_size == (2, 5, 3)
+    assert torch.equal(out["agents", "x"], data["agents", "x"][[5, 0]])
+
+
+def test_state_dict_keeps_the_full_batch_size():
+    data = TensorDict({"obs": torch.randn(4, 7), "next": {"obs": torch.randn(4, 7)}}, [4, 7])
+    storage = LazyTensorStorage(6)
+    storage.set(slice(0, 4), data)
+    other = LazyTensorStorage(6)
+    other.load_state_dict(storage.state_dict())
+    assert other._storage.batch_size == (6, 7)
+    assert (other.get(slice(None)) == data).all()
+
+
+def _cut_state(state, ndim=1):
+    """A state as versions that cut the stored batch size to ``ndim`` dims wrote it."""
+    state = dict(state)
+    state.pop("full_batch_size")
+    content = dict(state["_storage"])
+    content["batch_size"] = content["batch_size"][:ndim]
+    state["_storage"] = content
+    return state
+
+
+def test_state_dict_written_with_a_cut_batch_size_loads():
+    data = TensorDict({"obs": torch.randn(4, 7, 2), "next": {"obs": torch.randn(4, 7, 2)}}, [4, 7])
+    storage = LazyTensorStorage(6)
+    storage.set(slice(0, 4), data)
+    old = _cut_state(storage.state_dict())
+    assert old["_storage"]["batch_size"] == [6]
+    # the nested "next" kept its [6, 7] batch size: the root's is recovered from it
+    lazy = LazyTensorStorage(6)
+    lazy.load_state_dict(old)
+    assert lazy._storage.batch_size == (6, 7)
+    assert (lazy.get(slice(None)) == data).all()
+    allocated = LazyTensorStorage(6)
+    allocated.set(slice(0, 1), data[:1])
+    allocated.load_state_dict(old)
+    assert allocated._storage.batch_size == (6, 7) and len(allocated) == 4
+    assert (allocated.get(slice(None)) == data).all()
+    # without nested TensorDicts the cut dims cannot be told apart from feature dims
+    flat = LazyTensorStorage(6)
+    flat.set(slice(0, 4), data.exclude("next"))
+    kept = LazyTensorStorage(6)
+    kept.load_state_dict(_cut_state(flat.state_dict()))
+    assert kept._storage.batch_size == (6,)
+    assert torch.equal(kept.get(slice(None))["obs"], data["obs"])
+
+
+# -- writing at multi-dimensional indices -----------------------------------------------------------
+def test_storage_set_at_coordinates():
+    storage = LazyTensorStorage(20, ndim=2)
+    storage.set(slice(0, 5), TensorDict({"a": torch.zeros(5, 2, 3)}, [5, 2]))
+    rows, streams = torch.tensor([4, 0, 2]), torch.tensor([1, 1, 0])
+    storage.set((rows, streams), TensorDict({"a": torch.ones(3, 3)}, [3]), set_cursor=False)
+    written = storage.get(slice(None))["a"].sum(-1).eq(3)
+    assert written.nonzero().tolist() == [[0, 1], [2, 0], [4, 1]]
+    coords = torch.stack([rows, streams], -1)
+    storage.set(coords, TensorDict({"a": torch.full((3, 3), 2.0)}, [3]), set_cursor=False)
+    assert storage.get(coords)["a"].eq(2).all()
+    assert storage.get((rows, streams))["a"].eq(2).all()
+    assert len(storage) == 10
+    with pytest.raises(ValueError, match=r"mismatch at key \('a',\): expected shape \(3, 3\)"):
+        storage.set((rows, streams), TensorDict({"a": torch.ones(3, 4)}, [3]))
+
+
+def test_list_storage_set_grows_in_position_order():
+    storage = ListStorage(10)
+    storage.set(torch.tensor([2, 3, 0, 1]), ["c", "d", "a", "b"])
+    assert storage.get(slice(None)) == ["a", "b", "c", "d"]
+    with pytest.raises(IndexError, match="out of range"):
+        storage.set(torch.tensor([6]), ["x"])

@@ -84,3 +84,14 @@ def test_immutable_writer_refuses():
         rb.extend(torch.arange(2))
     with pytest.raises(RuntimeError, match="immutable"):
         rb.add(torch.tensor(1))
+
+
+def test_max_value_writer_keeps_item_batch_dims():
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="score")
+    )
+    score = torch.tensor([1.0, 5.0, 3.0, 4.0, 0.0]).unsqueeze(-1).expand(5, 6)
+    rb.extend(TensorDict({"score": score.clone(), "x": torch.randn(5, 6, 2)}, [5, 6]))
+    assert rb.storage._storage.batch_size == (3, 6)
+    assert sorted(rb[:]["score"][:, 0].tolist()) == [3.0, 4.0, 5.0]
+    assert rb.sample(2).batch_size == (2, 6)

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from tensordict import MemoryMappedTensor
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from torch.utils import _pytree
 
 __all__ = [
     "FORMAT_VERSION",
@@ -27,10 +28,14 @@ __all__ = [
     "dtype_name",
     "dtype_of",
     "dump_state",
+    "empty_tensordict",
+    "load_object",
     "load_state",
     "load_tensor",
     "read_metadata",
+    "save_object",
     "save_tensor",
+    "tensordict_layout",
     "write_json",
     "write_marker",
 ]
@@ -209,6 +214,86 @@ def load_tensor(folder: str, entry: dict, what: str) -> torch.Tensor:
     if expected == 0:
         return torch.empty(shape, dtype=dtype)
     return MemoryMappedTensor.from_filename(file, dtype=dtype, shape=shape)
+
+
+# -- TensorDicts, tensors and pytrees -----------------------------------------------------------
+def tensordict_layout(td: TensorDictBase) -> dict:
+    """The batch sizes of ``td`` and of its nested TensorDicts (by ``/``-joined key)."""
+    nodes = {}
+    for key in td.keys(include_nested=True):
+        value = td.get(key)
+        if isinstance(value, TensorDictBase):
+            nodes["/".join(key if isinstance(key, tuple) else (key,))] = list(value.batch_size)
+    return {"batch_size": list(td.batch_size), "nodes": nodes}
+
+
+def empty_tensordict(layout: dict) -> TensorDict:
+    """A TensorDict with the nested structure and batch sizes of :func:`tensordict_layout`."""
+    td = TensorDict({}, batch_size=layout["batch_size"])
+    for name, batch in sorted(layout["nodes"].items(), key=lambda item: item[0].count("/")):
+        td.set(tuple(name.split("/")), TensorDict({}, batch_size=batch))
+    return td
+
+
+def save_object(folder: str, name: str, value: Any) -> dict:
+    """Write a tensor, a TensorDict or a pytree of tensors as memory-mapped files.
+
+    Returns its JSON description for :func:`load_object`; files are named after ``name``.
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if isinstance(value, torch.Tensor):
+        return {"tensor": save_tensor(folder, name, value)}
+    if isinstance(value, TensorDictBase):
+        entries = []
+        for number, key in enumerate(value.keys(include_nested=True, leaves_only=True)):
+            key = key if isinstance(key, tuple) else (key,)
+            leaf = value.get(key)
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(
+                    f"cannot save the entry {key} of a TensorDict: expected a tensor, got "
+                    f"{type(leaf).__name__}"
+                )
+            entry = save_tensor(folder, f"{name}_{number}", leaf)
+            entry["key"] = list(key)
+            entries.append(entry)
+        return {"tensordict": {"layout": tensordict_layout(value), "entries": entries}}
+    leaves, spec = _pytree.tree_flatten(value)
+    if leaves and all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        try:
+            treespec = _pytree.treespec_dumps(spec)
+        except Exception as err:  # noqa: BLE001 - any container pytree cannot describe
+            raise TypeError(f"cannot save a pytree structured as {spec}: {err}") from err
+        saved = [save_tensor(folder, f"{name}_{i}", leaf) for i, leaf in enumerate(leaves)]
+        return {"pytree": {"treespec": treespec, "leaves": saved}}
+    raise TypeError(
+        f"cannot save {type(value).__name__}: expected a tensor, a TensorDict or a pytree of tensors"
+    )
+
+
+def load_object(folder: str, entry: dict, what: str) -> Any:
+    """Read what :func:`save_object` wrote (tensors stay memory-mapped: copy what you keep).
+
+    Raises:
+        ValueError: when the description or the files are damaged.
+    """
+    if not isinstance(entry, dict):
+        raise ValueError(f"damaged checkpoint metadata for {what} in {folder}: {entry!r}")
+    if "tensor" in entry:
+        return load_tensor(folder, entry["tensor"], what)
+    if "tensordict" in entry:
+        td = empty_tensordict(entry["tensordict"]["layout"])
+        for leaf in entry["tensordict"]["entries"]:
+            td.set(tuple(leaf["key"]), load_tensor(folder, leaf, f"{what} at key {leaf['key']}"))
+        return td
+    if "pytree" in entry:
+        leaves = [
+            load_tensor(folder, leaf, f"{what}, leaf {i}")
+            for i, leaf in enumerate(entry["pytree"]["leaves"])
+        ]
+        return _pytree.tree_unflatten(leaves, _pytree.treespec_loads(entry["pytree"]["treespec"]))
+    raise ValueError(f"damaged checkpoint: unknown kind of {what} in {folder}")
 
 
 # -- generic state dicts (samplers, writers) -----------------------------------------------------

@@ -10,7 +10,8 @@ lives in :mod:`tdrl.data.replay_buffers.checkpoint_files`.
 
 Storage checkpointers:
 
-* :class:`TensorStorageCheckpointer`: the stored TensorDict (or tensor / pytree) as is.
+* :class:`TensorStorageCheckpointer`: the stored TensorDict (or tensor / pytree) as is,
+  or what the storage's save hooks make of it (e.g. :class:`~tdrl.data.TED2Flat`).
 * :class:`FlatStorageCheckpointer`: TED data without the duplicated ``"next"`` entries
   (see :mod:`tdrl.data.ted`), restored on load.
 * :class:`NestedStorageCheckpointer`: one jagged nested tensor per entry, one row per
@@ -18,34 +19,41 @@ Storage checkpointers:
 * :class:`H5StorageCheckpointer`: the flat layout in a compressed HDF5 file.
 * :class:`ListStorageCheckpointer`: items that are tensors, TensorDicts or JSON values.
 * :class:`StorageEnsembleCheckpointer`: one sub-folder per storage of an ensemble.
+
+The three TED layouts live in :mod:`tdrl.data.replay_buffers.ted_checkpointers`.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.checkpoint_files import (
     FORMAT_VERSION,
-    META_FILE,
     atomic_folder,
     checkpoint_folder,
     dtype_name,
     dtype_of,
     dump_state,
+    empty_tensordict,
+    load_object,
     load_state,
     load_tensor,
     read_metadata,
+    save_object,
     save_tensor,
+    tensordict_layout,
     write_json,
     write_marker,
 )
 from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
-from tdrl.data.ted import H5Combine, H5Split, duplicated_keys, find_stops, restore_next
+from tdrl.data.replay_buffers.storages import full_batch_size
 
 __all__ = [
     "FlatStorageCheckpointer",
@@ -78,9 +86,13 @@ class StorageCheckpointerBase:
     """
 
     format_name = "tdrl.storage"
+    # whether the storage's save / load hooks run (subclasses with a layout of their own
+    # refuse storages that have hooks rather than ignore them)
+    _runs_hooks = False
 
     def dumps(self, storage: Any, path: str | os.PathLike) -> None:
         """Write ``storage`` into the folder ``path`` (replaced atomically)."""
+        self._check_hooks(storage)
         with atomic_folder(path) as folder:
             meta = self._dump(storage, folder)
             meta.update({"format": self.format_name, "version": FORMAT_VERSION})
@@ -88,14 +100,43 @@ class StorageCheckpointerBase:
 
     def loads(self, storage: Any, path: str | os.PathLike) -> None:
         """Fill ``storage`` from the folder ``path``."""
+        self._check_hooks(storage)
         folder = checkpoint_folder(path)
         self._load(storage, folder, read_metadata(folder, self.format_name))
+
+    def _check_hooks(self, storage: Any) -> None:
+        if self._runs_hooks:
+            return
+        if getattr(storage, "_save_hooks", None) or getattr(storage, "_load_hooks", None):
+            raise ValueError(
+                f"{type(self).__name__} writes a layout of its own and runs no save / load "
+                "hooks, but the storage has some registered: use the default "
+                "TensorStorageCheckpointer with hooks (FlatStorageCheckpointer already "
+                "writes TED data flat, without TED2Flat / Flat2TED hooks)"
+            )
 
     def _dump(self, storage: Any, folder: str) -> dict:
         raise NotImplementedError
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         raise NotImplementedError
+
+
+def _run_hooks(hooks: list[Callable], content: Any, **optional: Any) -> Any:
+    """Apply ``hooks`` in order; ``optional`` keywords go to the hooks that declare them.
+
+    Hooks written for the reference API take ``path=`` (save) or ``out=`` (load) keywords;
+    plain one-argument callables work too.
+    """
+    for hook in hooks:
+        try:
+            params = inspect.signature(hook).parameters
+        except (TypeError, ValueError):
+            params = {}
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        kwargs = {key: value for key, value in optional.items() if var_kw or key in params}
+        content = hook(content, **kwargs)
+    return content
 
 
 def _is_json_value(value: Any) -> bool:
@@ -108,24 +149,11 @@ def _is_json_value(value: Any) -> bool:
     return False
 
 
-def _tensordict_layout(td: TensorDictBase) -> dict:
-    nodes = {}
-    for key in td.keys(include_nested=True):
-        value = td.get(key)
-        if isinstance(value, TensorDictBase):
-            nodes["/".join(key if isinstance(key, tuple) else (key,))] = list(value.batch_size)
-    return {"batch_size": list(td.batch_size), "nodes": nodes}
-
-
-def _empty_tensordict(layout: dict) -> TensorDict:
-    td = TensorDict({}, batch_size=layout["batch_size"])
-    for name, batch in sorted(layout["nodes"].items(), key=lambda item: item[0].count("/")):
-        td.set(tuple(name.split("/")), TensorDict({}, batch_size=batch))
-    return td
-
-
 class ListStorageCheckpointer(StorageCheckpointerBase):
     """Saves a :class:`ListStorage` whose items are tensors, TensorDicts or JSON values.
+
+    Pytrees of tensors are saved too. The storage's save hooks get the list of items and
+    return the list to write; its load hooks get the list read back.
 
     Examples:
         >>> import tempfile, torch
@@ -141,45 +169,43 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
     """
 
     format_name = "tdrl.ListStorage"
+    _runs_hooks = True
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        items = []
-        for position, item in enumerate(storage._storage):
-            if isinstance(item, torch.Tensor):
-                items.append({"tensor": save_tensor(folder, f"item_{position}", item)})
-            elif isinstance(item, TensorDictBase):
-                td = item.to_tensordict() if not isinstance(item, TensorDict) else item
-                entries = []
-                for number, key in enumerate(td.keys(include_nested=True, leaves_only=True)):
-                    key = key if isinstance(key, tuple) else (key,)
-                    entry = save_tensor(folder, f"item_{position}_{number}", td.get(key))
-                    entry["key"] = list(key)
-                    entries.append(entry)
-                items.append({"tensordict": {"layout": _tensordict_layout(td), "entries": entries}})
+        items = list(storage._storage)
+        hooks = getattr(storage, "_save_hooks", ())
+        if hooks:
+            items = _hooked_list(_run_hooks(hooks, items, path=folder), "save")
+        entries = []
+        for position, item in enumerate(items):
+            if isinstance(item, (torch.Tensor, TensorDictBase)):
+                entries.append(save_object(folder, f"item_{position}", item))
             elif _is_json_value(item):
-                items.append({"json": item})
+                entries.append({"json": item})
             else:
-                raise TypeError(
-                    f"ListStorageCheckpointer saves tensors, TensorDicts and JSON values; item "
-                    f"{position} is a {type(item).__name__}"
-                )
-        return {"max_size": storage.max_size, "items": items}
+                try:
+                    entries.append(save_object(folder, f"item_{position}", item))
+                except TypeError as err:
+                    raise TypeError(
+                        f"ListStorageCheckpointer saves tensors, TensorDicts, pytrees of tensors "
+                        f"and JSON values; item {position} is a {type(item).__name__}"
+                    ) from err
+        return {"max_size": storage.max_size, "items": entries}
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         items = []
         for position, item in enumerate(meta["items"]):
-            what = f"item {position}"
-            if "tensor" in item:
-                items.append(load_tensor(folder, item["tensor"], what).clone())
-            elif "tensordict" in item:
-                td = _empty_tensordict(item["tensordict"]["layout"])
-                for entry in item["tensordict"]["entries"]:
-                    td.set(tuple(entry["key"]), load_tensor(folder, entry, what).clone())
-                items.append(td)
-            elif "json" in item:
+            if isinstance(item, dict) and "json" in item:
                 items.append(item["json"])
+                continue
+            value = load_object(folder, item, f"item {position}")
+            if isinstance(value, (torch.Tensor, TensorDictBase)):
+                items.append(value.clone())
             else:
-                raise ValueError(f"damaged checkpoint: unknown item kind for {what} in {folder}")
+                items.append(_pytree.tree_map(torch.clone, value))
+        hooks = getattr(storage, "_load_hooks", ())
+        if hooks:
+            items = _hooked_list(_run_hooks(hooks, items, out=None), "load")
         if len(items) > storage.max_size:
             raise ValueError(
                 f"storage size mismatch: the checkpoint holds {len(items)} items, the storage "
@@ -188,9 +214,17 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
         storage._storage = items
 
 
+def _hooked_list(items: Any, kind: str) -> list:
+    if not isinstance(items, list):
+        raise TypeError(
+            f"ListStorage {kind} hooks must return a list of items, got {type(items).__name__}"
+        )
+    return items
+
+
 def _storage_layout(storage: Any) -> dict:
     td = storage._td
-    layout = _tensordict_layout(td)
+    layout = tensordict_layout(td)
     return {
         "kind": storage._kind,
         "ndim": storage.ndim,
@@ -200,6 +234,8 @@ def _storage_layout(storage: Any) -> dict:
         if storage._treespec is None
         else _pytree.treespec_dumps(storage._treespec),
         "layout": layout,
+        # older checkpoints cut the root batch size to ``ndim`` dims (see full_batch_size)
+        "full_batch_size": True,
     }
 
 
@@ -222,9 +258,11 @@ def _prepare_storage(
     layout = meta["layout"]
     if storage._td is None:
         tensors = storage._allocate(template)
-        td = _empty_tensordict(layout)
+        td = empty_tensordict(layout)
         for (key, _, _), tensor in zip(template, tensors):
             td.set(key, tensor)
+        if meta["kind"] == "tensordict" and not meta.get("full_batch_size"):
+            td = full_batch_size(td, storage.ndim)
         device = storage._storage_device()
         if device is not None:
             td = td.to(device)
@@ -245,6 +283,18 @@ def _prepare_storage(
             )
 
 
+def _item_template(entries: list[dict]) -> list[tuple[tuple, tuple, torch.dtype]]:
+    """(key, storage shape, dtype) of each leaf from entries holding rows and item shapes."""
+    return [
+        (
+            tuple(e["key"]),
+            (int(e["rows"]), *e["item_shape"]),
+            dtype_of(e["dtype"], str(e["key"])),
+        )
+        for e in entries
+    ]
+
+
 def _timeline_of(meta: dict) -> Timeline:
     return Timeline(*(int(v) for v in meta["timeline"]))
 
@@ -259,6 +309,12 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     Only the filled rows are written. Loading into a lazy storage allocates it (in memory-
     mapped files for :class:`LazyMemmapStorage`); an allocated storage must have the same
     structure.
+
+    When the storage has save hooks (:meth:`Storage.register_save_hook`), they get the
+    items in chronological order (see :func:`chronological_content`) and what the last one
+    returns (a TensorDict, a tensor or a pytree of tensors) is written instead. Loading
+    such a checkpoint runs the storage's load hooks on what was written; the last one must
+    give back the chronological content, which is put back in place.
 
     Examples:
         >>> import tempfile, torch
@@ -275,10 +331,13 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     """
 
     format_name = "tdrl.TensorStorage"
+    _runs_hooks = True
 
     def _dump(self, storage: Any, folder: str) -> dict:
         if storage._td is None:
             return {"initialized": False}
+        if getattr(storage, "_save_hooks", None):
+            return self._dump_hooked(storage, folder)
         length = storage._len_along_dim0
         entries = []
         for number, (key, value) in enumerate(_leaf_entries(storage)):
@@ -298,10 +357,68 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
             for e in meta["entries"]
         ]
 
+    def _dump_hooked(self, storage: Any, folder: str) -> dict:
+        """Write what the save hooks make of the content, in chronological order."""
+        timeline = storage_timeline(storage)
+        content = chronological_content(storage, timeline)
+        content = _run_hooks(storage._save_hooks, content, path=folder)
+        try:
+            saved = save_object(folder, "hooked", content)
+        except TypeError as err:
+            raise TypeError(f"cannot save what the save hooks returned: {err}") from err
+        template = [
+            {
+                "key": list(key),
+                "rows": value.shape[0],
+                "item_shape": list(value.shape[1:]),
+                "dtype": dtype_name(value.dtype),
+            }
+            for key, value in _leaf_entries(storage)
+        ]
+        return {
+            "initialized": True,
+            **_storage_layout(storage),
+            "timeline": list(timeline),
+            "hooked": saved,
+            "template": template,
+        }
+
+    def _load_hooked(self, storage: Any, folder: str, meta: dict) -> None:
+        """Run the load hooks on what :meth:`_dump_hooked` wrote and fill the storage."""
+        content = load_object(folder, meta["hooked"], "the content written by the save hooks")
+        content = _run_hooks(getattr(storage, "_load_hooks", ()), content, out=None)
+        template = _item_template(meta["template"])
+        _prepare_storage(storage, meta, template)
+        timeline = _timeline_of(meta)
+        leaves = _content_leaves(storage, content)
+        order = timeline.all_flat()
+        ndim = storage.ndim
+        for key, dst in _leaf_entries(storage):
+            value = leaves[key]
+            chrono = (timeline.length, *dst.shape[1:])
+            if ndim > 1:
+                chrono = (timeline.streams, timeline.length, *dst.shape[ndim:])
+            if tuple(value.shape) != chrono:
+                raise ValueError(
+                    f"content shape mismatch at key {key} after the load hooks: expected "
+                    f"{chrono} (the layout the save hooks received), got {tuple(value.shape)}"
+                )
+            value = value.reshape(timeline.size, *dst.shape[ndim:])
+            _flat_view(dst, ndim).index_copy_(0, order, value.to(dst.device, dst.dtype))
+        storage._len_tensor.fill_(timeline.length)
+
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         if not meta.get("initialized"):
             storage._empty()
             return
+        if "hooked" in meta:
+            self._load_hooked(storage, folder, meta)
+            return
+        if getattr(storage, "_load_hooks", None):
+            raise ValueError(
+                f"the checkpoint in {folder} was written without save hooks, but the storage "
+                "has load hooks registered: load it into a storage without them"
+            )
         _prepare_storage(storage, meta, self._template(meta))
         length = int(meta["len"])
         td = storage._td
@@ -311,315 +428,60 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         storage._len_tensor.fill_(length)
 
 
-def _stored_tensordict(storage: Any, name: str) -> TensorDictBase:
-    if getattr(storage, "_kind", None) != "tensordict" or storage._td is None:
-        raise TypeError(
-            f"{name} saves TensorStorages holding TED TensorDicts, got {type(storage).__name__}"
-            + ("" if getattr(storage, "_td", 1) is not None else " (not initialized)")
+def chronological_content(storage: Any, timeline: Timeline | None = None) -> Any:
+    """A copy of a tensor storage's items, oldest first, time being the last batch dim.
+
+    The result is ``[length, *item dims]`` (``[streams, length, *item dims]`` when
+    ``ndim > 1``), in the storage's form: a TensorDict, a tensor or a pytree. It is what
+    save hooks receive.
+    """
+    timeline = storage_timeline(storage) if timeline is None else timeline
+    td = storage._td
+    flat = td if storage.ndim == 1 else td.flatten(0, storage.ndim - 1)
+    chrono = flat[timeline.all_flat()]
+    if storage.ndim > 1:
+        chrono = chrono.unflatten(0, (timeline.streams, timeline.length))
+    return storage._wrap(chrono)
+
+
+def _content_leaves(storage: Any, content: Any) -> dict[tuple, torch.Tensor]:
+    """The leaves of loaded content by storage key; a clear error when the structure differs."""
+    hint = "(do the load hooks undo the save hooks?)"
+    kind = storage._kind
+    if kind == "tensordict":
+        if not isinstance(content, TensorDictBase):
+            raise TypeError(
+                f"content type mismatch after the load hooks: expected a TensorDict, got "
+                f"{type(content).__name__} {hint}"
+            )
+        leaves = {
+            key if isinstance(key, tuple) else (key,): content.get(key)
+            for key in content.keys(include_nested=True, leaves_only=True)
+        }
+    elif kind == "tensor":
+        if not isinstance(content, torch.Tensor):
+            raise TypeError(
+                f"content type mismatch after the load hooks: expected a tensor, got "
+                f"{type(content).__name__} {hint}"
+            )
+        leaves = {(storage._keys[0][0],): content}
+    else:
+        flat, spec = _pytree.tree_flatten(content)
+        if spec != storage._treespec:
+            raise ValueError(
+                f"content structure mismatch after the load hooks: expected a pytree "
+                f"structured as {storage._treespec}, got {spec} {hint}"
+            )
+        leaves = {(str(i),): leaf for i, leaf in enumerate(flat)}
+    expected = {key for key, _ in _leaf_entries(storage)}
+    if set(leaves) != expected:
+        missing = sorted(map(str, expected - set(leaves)))
+        extra = sorted(map(str, set(leaves) - expected))
+        raise ValueError(
+            f"content keys mismatch after the load hooks: missing {missing}, unexpected "
+            f"{extra} {hint}"
         )
-    return storage._td
-
-
-class FlatStorageCheckpointer(TensorStorageCheckpointer):
-    """Saves TED data without the duplicated ``"next"`` observations, restoring them on load.
-
-    Trajectories are read in chronological order (see :mod:`tdrl.data.ted`). A ``"next"``
-    entry that also exists at the root is kept only at the steps where it differs from the
-    root entry of the following step (trajectory ends, the newest step, any discontinuity),
-    so the round trip is exact whatever the data. Tensors are processed one at a time.
-
-    Args:
-        done_keys: accepted for API compatibility (done flags are deduplicated exactly, like
-            observations).
-        reward_keys: leaf names of rewards (kept in full).
-        done_key: the flag ending trajectories.
-
-    Examples:
-        >>> import tempfile, torch
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> obs = torch.arange(9.0).unsqueeze(-1)
-        >>> data = TensorDict({"obs": obs[:-1], "next": {"obs": obs[1:],
-        ...     "done": torch.zeros(8, 1, dtype=torch.bool)}}, [8])
-        >>> storage = LazyTensorStorage(8)
-        >>> storage.set(slice(0, 8), data)
-        >>> path = tempfile.mkdtemp() + "/ckpt"
-        >>> FlatStorageCheckpointer().dumps(storage, path)
-        >>> restored = LazyTensorStorage(8)
-        >>> FlatStorageCheckpointer().loads(restored, path)
-        >>> bool((restored.get(slice(None)) == data).all())
-        True
-    """
-
-    format_name = "tdrl.FlatStorage"
-
-    def __init__(
-        self,
-        done_keys: tuple | None = None,
-        reward_keys: tuple | None = None,
-        done_key: Any = ("next", "done"),
-        **kwargs: Any,
-    ) -> None:
-        self.done_keys = (
-            tuple(done_keys) if done_keys is not None else ("done", "truncated", "terminated")
-        )
-        self.reward_keys = tuple(reward_keys) if reward_keys is not None else ("reward",)
-        self.done_key = done_key
-
-    def _chronological(
-        self, storage: Any, timeline: Timeline
-    ) -> tuple[TensorDictBase, torch.Tensor]:
-        """A ``[streams, length]`` view-like TensorDict in time order, and its flat storage indices."""
-        order = timeline.all_flat()
-        td = storage._td
-        flat = td if storage.ndim == 1 else td.flatten(0, storage.ndim - 1)
-        return flat, order
-
-    def _stops(
-        self, flat: TensorDictBase, order: torch.Tensor, timeline: Timeline, dup: list
-    ) -> torch.Tensor:
-        """Timeline positions whose duplicated ``"next"`` entries must be kept (one key at a time)."""
-        shape = (timeline.streams, timeline.length, -1)
-        stop = torch.zeros(timeline.streams, timeline.length, dtype=torch.bool)
-        stop[:, -1] = True
-        done = flat.get(self.done_key, None)
-        if done is not None:
-            stop |= done[order].reshape(shape).ne(0).any(-1)
-        for key in dup:
-            current = flat.get(("next", *key))[order].reshape(shape)
-            following = flat.get(key)[order].reshape(shape)
-            stop[:, :-1] |= (current[:, :-1] != following[:, 1:]).any(-1)
-        return stop.reshape(-1).nonzero().squeeze(1)
-
-    def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
-            return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
-        dup = duplicated_keys(td, self.done_keys, self.reward_keys)
-        stops = self._stops(flat, order, timeline, dup)
-        entries = []
-        for number, key in enumerate(td.keys(include_nested=True, leaves_only=True)):
-            key = key if isinstance(key, tuple) else (key,)
-            value = flat.get(key)
-            if key[0] == "next" and key[1:] in dup:
-                entry = save_tensor(folder, f"leaf_{number}", value[order[stops]])
-                entry["role"] = "stops"
-            else:
-                entry = save_tensor(folder, f"leaf_{number}", value[order])
-                entry["role"] = "full"
-            entry.update(
-                {
-                    "key": list(key),
-                    "rows": td.get(key).shape[0],
-                    "item_shape": list(td.get(key).shape[1:]),
-                }
-            )
-            entries.append(entry)
-        return {
-            "initialized": True,
-            **_storage_layout(storage),
-            "timeline": list(timeline),
-            "stops": save_tensor(folder, "stops", stops),
-            "entries": entries,
-        }
-
-    @staticmethod
-    def _template(meta: dict) -> list:
-        return [
-            (
-                tuple(e["key"]),
-                (int(e["rows"]), *e["item_shape"]),
-                dtype_of(e["dtype"], str(e["key"])),
-            )
-            for e in meta["entries"]
-        ]
-
-    def _load(self, storage: Any, folder: str, meta: dict) -> None:
-        if not meta.get("initialized"):
-            storage._empty()
-            return
-        _prepare_storage(storage, meta, self._template(meta))
-        timeline = _timeline_of(meta)
-        order = timeline.all_flat()
-        stops = load_tensor(folder, meta["stops"], "stops")
-        loaded = {tuple(e["key"]): e for e in meta["entries"]}
-        td = storage._td
-        for key, entry in loaded.items():
-            dst = _flat_view(td.get(key), storage.ndim)
-            value = load_tensor(folder, entry, f"entry {key}")
-            if entry["role"] == "stops":
-                root_entry = loaded.get(key[1:])
-                if root_entry is None or root_entry["role"] != "full":
-                    raise ValueError(
-                        f"damaged checkpoint: {key} has no matching root entry {key[1:]}"
-                    )
-                root = load_tensor(folder, root_entry, f"entry {key[1:]}")
-                value = restore_next(root, stops, value, 1)
-            dst.index_copy_(0, order, value.to(dst.device))
-        storage._len_tensor.fill_(timeline.length)
-
-
-class NestedStorageCheckpointer(FlatStorageCheckpointer):
-    """Saves TED data as one jagged nested tensor per entry: a row per trajectory.
-
-    Each entry is written as the values of a jagged nested tensor (trajectories one after
-    the other, in time order) and the trajectories share one offsets file, so a checkpoint
-    reads back as ``torch.nested.nested_tensor_from_jagged(values, offsets)``.
-
-    Args:
-        done_keys, reward_keys, done_key: as in :class:`FlatStorageCheckpointer`.
-
-    Examples:
-        >>> import tempfile, torch
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> done = torch.tensor([0, 0, 1, 0, 1], dtype=torch.bool).unsqueeze(-1)
-        >>> data = TensorDict({"obs": torch.arange(5.0), "next": {"done": done}}, [5])
-        >>> storage = LazyTensorStorage(5)
-        >>> storage.set(slice(0, 5), data)
-        >>> path = tempfile.mkdtemp() + "/ckpt"
-        >>> NestedStorageCheckpointer().dumps(storage, path)
-        >>> [t.tolist() for t in NestedStorageCheckpointer.read_nested(path)["obs"].unbind(0)]
-        [[0.0, 1.0, 2.0], [3.0, 4.0]]
-    """
-
-    format_name = "tdrl.NestedStorage"
-
-    def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
-            return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
-        done = flat.get(self.done_key, None)
-        chrono = TensorDict({}, batch_size=[timeline.streams, timeline.length])
-        if done is not None:
-            chrono.set(self.done_key, done[order].reshape(timeline.streams, timeline.length, -1))
-        stops = find_stops(chrono, [], self.done_key)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.long), stops + 1])
-        entries = []
-        for number, key in enumerate(td.keys(include_nested=True, leaves_only=True)):
-            key = key if isinstance(key, tuple) else (key,)
-            entry = save_tensor(folder, f"values_{number}", flat.get(key)[order])
-            entry.update(
-                {
-                    "key": list(key),
-                    "rows": td.get(key).shape[0],
-                    "item_shape": list(td.get(key).shape[1:]),
-                    "role": "full",
-                }
-            )
-            entries.append(entry)
-        return {
-            "initialized": True,
-            **_storage_layout(storage),
-            "timeline": list(timeline),
-            "offsets": save_tensor(folder, "offsets", offsets),
-            "stops": save_tensor(folder, "stops", stops),
-            "entries": entries,
-        }
-
-    @classmethod
-    def read_nested(cls, path: str | os.PathLike) -> TensorDict:
-        """The trajectories of a checkpoint as a TensorDict of jagged nested tensors."""
-        folder = checkpoint_folder(path)
-        meta = read_metadata(folder, cls.format_name)
-        offsets = load_tensor(folder, meta["offsets"], "offsets").clone()
-        out = TensorDict({}, batch_size=[offsets.numel() - 1])
-        for entry in meta["entries"]:
-            values = load_tensor(folder, entry, f"entry {entry['key']}").clone()
-            out.set(tuple(entry["key"]), torch.nested.nested_tensor_from_jagged(values, offsets))
-        return out
-
-
-class H5StorageCheckpointer(FlatStorageCheckpointer):
-    """Saves TED data in the flat layout to a compressed HDF5 file (needs ``h5py``).
-
-    Args:
-        checkpoint_file: the file name inside the checkpoint folder.
-        done_keys, reward_keys: as in :class:`FlatStorageCheckpointer`.
-        h5_kwargs: dataset options for ``h5py`` (default ``{"compression": "gzip"}``).
-        **kwargs: ``done_key``, as in :class:`FlatStorageCheckpointer`.
-
-    Examples:
-        >>> import tempfile, torch
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> storage = LazyTensorStorage(6)
-        >>> storage.set(slice(0, 6), TensorDict({"obs": torch.arange(6.0)}, [6]))
-        >>> path = tempfile.mkdtemp() + "/ckpt"
-        >>> H5StorageCheckpointer().dumps(storage, path)
-        >>> restored = LazyTensorStorage(6)
-        >>> H5StorageCheckpointer().loads(restored, path)
-        >>> restored.get(slice(None))["obs"]
-        tensor([0., 1., 2., 3., 4., 5.])
-    """
-
-    format_name = "tdrl.H5Storage"
-
-    def __init__(
-        self,
-        *,
-        checkpoint_file: str = "checkpoint.h5",
-        done_keys: tuple | None = None,
-        reward_keys: tuple | None = None,
-        h5_kwargs: dict | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(done_keys=done_keys, reward_keys=reward_keys, **kwargs)
-        if os.path.basename(checkpoint_file) != checkpoint_file or checkpoint_file == META_FILE:
-            raise ValueError(f"checkpoint_file must be a plain file name, got {checkpoint_file!r}")
-        self.checkpoint_file = checkpoint_file
-        self.h5_kwargs = {"compression": "gzip"} if h5_kwargs is None else dict(h5_kwargs)
-
-    def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
-            return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
-        chrono = flat[order].reshape(timeline.streams, timeline.length)
-        splitter = H5Split(self.h5_kwargs, self.done_key, self.done_keys, self.reward_keys)
-        splitter(chrono, os.path.join(folder, self.checkpoint_file))
-        template = [
-            {
-                "key": list(k if isinstance(k, tuple) else (k,)),
-                "rows": td.get(k).shape[0],
-                "item_shape": list(td.get(k).shape[1:]),
-                "dtype": dtype_name(td.get(k).dtype),
-            }
-            for k in td.keys(include_nested=True, leaves_only=True)
-        ]
-        return {
-            "initialized": True,
-            **_storage_layout(storage),
-            "timeline": list(timeline),
-            "file": self.checkpoint_file,
-            "entries": template,
-        }
-
-    def _load(self, storage: Any, folder: str, meta: dict) -> None:
-        if not meta.get("initialized"):
-            storage._empty()
-            return
-        file = os.path.join(folder, os.path.basename(str(meta.get("file", ""))))
-        if not os.path.isfile(file):
-            raise ValueError(f"damaged checkpoint: the HDF5 file {file} is missing")
-        _prepare_storage(storage, meta, self._template(meta))
-        timeline = _timeline_of(meta)
-        order = timeline.all_flat()
-        chrono = H5Combine()(file).reshape(-1)
-        td = storage._td
-        for entry in meta["entries"]:
-            key = tuple(entry["key"])
-            value = chrono.get(key, None)
-            if value is None:
-                raise ValueError(f"damaged checkpoint: entry {key} is missing from {file}")
-            dst = _flat_view(td.get(key), storage.ndim)
-            dst.index_copy_(0, order, value.to(device=dst.device, dtype=dst.dtype))
-        storage._len_tensor.fill_(timeline.length)
+    return leaves
 
 
 class StorageEnsembleCheckpointer(StorageCheckpointerBase):
@@ -738,3 +600,11 @@ def _size_of(folder: str) -> int:
 def checkpoint_bytes(path: str | os.PathLike) -> int:
     """Total size in bytes of the files of a checkpoint folder."""
     return _size_of(checkpoint_folder(path))
+
+
+# The TED layouts live in their own module; they are importable from here too.
+from tdrl.data.replay_buffers.ted_checkpointers import (  # noqa: E402
+    FlatStorageCheckpointer,
+    H5StorageCheckpointer,
+    NestedStorageCheckpointer,
+)

@@ -85,6 +85,16 @@ class StorageEnsemble(Storage):
         """Refuse the write (write through the sub-storages)."""
         raise RuntimeError(_WRITE_MSG)
 
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook`` on every storage of the ensemble (each is saved on its own)."""
+        for storage in self._storages:
+            storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook`` on every storage of the ensemble."""
+        for storage in self._storages:
+            storage.register_load_hook(hook)
+
     def __len__(self) -> int:
         return sum(len(storage) for storage in self._storages)
 
@@ -401,7 +411,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         for buffer_id in buffer_ids.tolist():
             data, info = self._rbs[buffer_id].sample(sub, return_info=True)
             if isinstance(data, TensorDictBase):
-                data.set("buffer_ids", torch.full(data.shape[:1], buffer_id, dtype=torch.long))
+                data.set("buffer_ids", torch.full(data.shape, buffer_id, dtype=torch.long))
             samples.append(data)
             infos.append(info)
         data = self._collate_fn(samples)

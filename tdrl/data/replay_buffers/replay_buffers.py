@@ -16,7 +16,7 @@ from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
-from tdrl.data.replay_buffers.utils import stack_items
+from tdrl.data.replay_buffers.utils import expand_to_items, item_list, stack_items
 from tdrl.data.replay_buffers.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
 
 __all__ = [
@@ -254,6 +254,23 @@ class ReplayBuffer:
         """How many items were written since creation (or the last :meth:`empty`)."""
         return self._writer._write_count
 
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Apply ``hook`` to the storage's content before :meth:`dumps` writes it.
+
+        See :meth:`Storage.register_save_hook`; e.g. ``rb.register_save_hook(TED2Flat())``
+        with ``rb.register_load_hook(Flat2TED())`` writes TED data without its duplicated
+        ``"next"`` entries and reads it back as TED. Hooks are not saved with the buffer:
+        register them on the buffer that loads the checkpoint too.
+        """
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Apply ``hook`` to what :meth:`loads` read before it fills the storage.
+
+        See :meth:`Storage.register_load_hook`.
+        """
+        self._storage.register_load_hook(hook)
+
     def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` swaps its forward and inverse."""
         self._transform.append(_Inverted(transform) if invert else transform)
@@ -288,7 +305,11 @@ class ReplayBuffer:
         return index
 
     def _prepare_extend(self, data: Any) -> Any:
-        if isinstance(data, list) and not isinstance(self._storage, ListStorage):
+        if isinstance(self._storage, ListStorage):
+            items = item_list(data)
+            if items is not None:
+                data = items
+        elif isinstance(data, list):
             data = stack_items(data)
             if isinstance(data, list):
                 raise TypeError(
@@ -304,6 +325,10 @@ class ReplayBuffer:
     def extend(self, data: Any) -> torch.Tensor:
         """Write many items: a list (one item each), or tensors / TensorDicts / pytrees stacked on dim 0.
 
+        With a :class:`ListStorage`, a ``range`` or a tuple of objects other than tensors is
+        a sequence of items too (``rb.extend(range(10))`` writes ten ints). When more items
+        than the capacity are given, the last ones are kept, as successive writes would.
+
         Returns:
             the indices written to.
         """
@@ -314,20 +339,29 @@ class ReplayBuffer:
         return index
 
     def _checked_write_index(self, index: Any) -> Any:
-        length = (
-            self._storage._len_along_dim0
-            if hasattr(self._storage, "_len_along_dim0")
-            else len(self._storage)
-        )
+        storage = self._storage
+        length = storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
         if isinstance(index, (int, np.integer)):
             if not -length <= index < length:
                 raise IndexError(f"index out of range: expected [-{length}, {length}), got {index}")
             return int(index) % length
         if isinstance(index, slice):
             return slice(*index.indices(length))
+        if not isinstance(index, tuple):
+            index = torch.as_tensor(index)
+            if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
+                # indices as sampling returns them: coordinates ([n, ndim]) when ndim > 1,
+                # expanded over the item dims when items have batch dims of their own
+                item = storage._item_index(index)
+                if item is not None:
+                    index = item
         if isinstance(index, tuple):
-            return index
-        index = torch.as_tensor(index)
+            if not isinstance(storage, TensorStorage):
+                index = torch.as_tensor(index)
+            elif not storage.initialized:
+                raise IndexError(f"index out of range: the storage is empty, got {index}")
+            else:
+                return self._checked_coordinates(storage._multi_index(index), length)
         if index.dtype == torch.bool:
             index = index.nonzero().squeeze(-1)
         index = index.to(torch.long).reshape(-1)
@@ -337,8 +371,33 @@ class ReplayBuffer:
             )
         return index.remainder(length) if length else index
 
+    def _checked_coordinates(self, index: tuple, length: int) -> tuple:
+        """Bounds-check the tensor parts of a tuple index (dim 0 against the filled rows)."""
+        sizes = (length, *self._storage._td.shape[1:])
+        out = []
+        for dim, part in enumerate(index):
+            if dim < len(sizes) and isinstance(part, torch.Tensor) and part.dtype != torch.bool:
+                size = sizes[dim]
+                if part.numel():
+                    low, high = int(part.min()), int(part.max())
+                    if low < -size or high >= size:
+                        raise IndexError(
+                            f"index out of range along dim {dim}: expected [-{size}, {size}), "
+                            f"got [{low}, {high}]"
+                        )
+                    part = part.remainder(size)
+            elif dim == 0 and isinstance(part, slice):
+                part = slice(*part.indices(length))
+            out.append(part)
+        return tuple(out)
+
     def __setitem__(self, index: Any, data: Any) -> None:
-        """Overwrite stored items in place; the cursor and length do not move."""
+        """Overwrite stored items in place; the cursor and length do not move.
+
+        ``index`` takes the forms :meth:`__getitem__` takes, including the ``"index"`` entry
+        of a sample (``[n, ndim]`` coordinates, or a tuple of their columns, for storages
+        with ``ndim > 1``), so sampled data can be modified and written back.
+        """
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
@@ -353,7 +412,12 @@ class ReplayBuffer:
         return len(self._storage)
 
     def __getitem__(self, index: Any) -> Any:
-        """Stored items by int, slice or index tensor; a key (e.g. ``"obs"``) gives a column."""
+        """Stored items by int, slice or index tensor; a key (e.g. ``"obs"``) gives a column.
+
+        With ``ndim > 1`` storages, a tuple of index tensors (one per dim) or an integer
+        tensor of ``[n, ndim]`` coordinates (the ``"index"`` entry of samples) reads ``n``
+        items.
+        """
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and isinstance(index[0], str)
         ):
@@ -448,7 +512,8 @@ class ReplayBuffer:
         """Save the storage, sampler and writer (not the transforms) under the folder ``path``.
 
         Tensors are written as memory-mapped files and metadata as JSON; the folder is
-        replaced atomically (see :mod:`tdrl.data.replay_buffers.checkpointers`).
+        replaced atomically (see :mod:`tdrl.data.replay_buffers.checkpointers`). The
+        storage's save hooks (:meth:`register_save_hook`) run on its content first.
         """
         from tdrl.data.replay_buffers.checkpointers import dump_buffer
 
@@ -490,7 +555,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     Args:
         alpha: priority exponent.
         beta: importance-sampling exponent.
-        eps: added to priorities.
+        eps: added to every priority (a priority of 0 is valid when ``eps > 0``).
         dtype: dtype of the importance weights.
         storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
             generator, shared, compilable: as in :class:`ReplayBuffer`.
@@ -594,14 +659,15 @@ class TensorDictReplayBuffer(ReplayBuffer):
                     extra[key] = value
             data = storage._gather(index, extra)
             for key, value in nested:
-                data.set(key, value)
+                data.set(key, expand_to_items(value, tuple(data.batch_size)))
             return data
         data = self._collate_fn(storage._gather(index))
         if isinstance(data, TensorDictBase):
-            data.set("index", stored_index)
+            batch = tuple(data.batch_size)
+            data.set("index", expand_to_items(stored_index, batch))
             for key, value in info.items():
                 if key != "index":
-                    data.set(key, value)
+                    data.set(key, expand_to_items(value, batch))
         return data
 
     def _strip(self, data: Any) -> Any:
@@ -616,16 +682,19 @@ class TensorDictReplayBuffer(ReplayBuffer):
         return super().add(self._strip(data))
 
     def extend(self, data: Any) -> torch.Tensor:
-        """Write TensorDicts stacked on dim 0; returns their indices (also set as ``"index"``)."""
+        """Write TensorDicts stacked on dim 0; returns their indices (also set as ``"index"``).
+
+        The ``"index"`` entry is expanded over the batch dims of each item, if any.
+        """
         index = super().extend(self._strip(data))
         if (
             isinstance(data, TensorDictBase)
-            and data.batch_dims == 1
+            and data.batch_dims >= 1
             and not data.is_locked
             and self._storage.ndim == 1
             and index.shape[0] == data.shape[0]
         ):
-            data.set("index", index)
+            data.set("index", expand_to_items(index, tuple(data.batch_size)))
         return index
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
@@ -642,6 +711,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
         priority = data.get(self.priority_key, None)
         if priority is None:
             raise ValueError(f"the TensorDict has no priority entry at key {self.priority_key!r}")
+        storage = self._storage
+        if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
+            # an index expanded over the batch dims of each item: one per item (the
+            # priorities of an item's steps are reduced by the sampler's ``reduction``)
+            item = storage._item_index(index)
+            if item is not None:
+                index = item
         self.update_priority(index, priority)
 
 
@@ -655,7 +731,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         alpha: priority exponent.
         beta: importance-sampling exponent.
         priority_key: the priority entry (``"td_error"``).
-        eps: added to priorities.
+        eps: added to every priority (a priority of 0 is valid when ``eps > 0``).
         reduction: how multi-dimensional priorities are reduced per item.
         storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
             generator, shared, compilable: as in :class:`ReplayBuffer`.

@@ -212,7 +212,8 @@ class PrioritizedSampler(Sampler):
         max_capacity: the number of items the trees can hold (the storage's ``max_size``).
         alpha: how strongly priorities shape sampling (0 is uniform).
         beta: importance-sampling correction exponent (1 fully corrects the bias).
-        eps: added to priorities so none is zero.
+        eps: added to every priority, so that a priority of 0 still gets drawn (must be
+            > 0 for priorities of 0 to be accepted).
         dtype: dtype of the returned weights (tree sums always use float64).
         reduction: how multi-dimensional priorities are reduced to one per item:
             ``"max"``, ``"min"``, ``"sum"``, ``"mean"`` or ``"median"``.
@@ -357,12 +358,15 @@ class PrioritizedSampler(Sampler):
 
         Args:
             index: indices as returned by sampling (a tensor, or a tuple for ``ndim > 1``).
-            priority: one positive value per item, a scalar for all, or per-item tensors
-                with extra dimensions reduced with ``reduction``.
+            priority: one value per item, a scalar for all, or per-item tensors with extra
+                dimensions reduced with ``reduction``. Values must be finite and >= 0; as
+                ``eps`` is added to each, a priority of 0 (e.g. a TD error of 0) is valid
+                when ``eps > 0``.
             storage: the storage, needed to flatten multi-dimensional indices.
 
         Raises:
-            ValueError: when a priority is <= 0, NaN or infinite, or shapes do not match.
+            ValueError: when a priority is negative, NaN or infinite, is 0 while ``eps`` is 0,
+                or when shapes do not match.
         """
         if type(index) is not torch.Tensor or index.dtype != torch.long or index.ndim != 1:
             index = self._flat_index(index, storage)
@@ -380,8 +384,7 @@ class PrioritizedSampler(Sampler):
         low, high = torch.aminmax(priority)
         low, high = low.item(), high.item()
         if not (low > 0 and high < _INF):
-            bad = "NaN" if low != low or high != high else (low if not low > 0 else high)
-            raise ValueError(f"priorities must be finite and > 0, got {bad}")
+            self._check_priority_range(low, high)
         # tree values: (priority + eps) ** alpha, in float64
         value = self._values
         if value.shape[0] != count:
@@ -396,6 +399,23 @@ class PrioritizedSampler(Sampler):
             self._max_tree.update(index, value)
         if high > self._max_priority:
             self._max_priority = high
+
+    def _check_priority_range(self, low: float, high: float) -> None:
+        """Accept a smallest priority of 0 when ``eps > 0``; raise for anything else out of range."""
+        if low != low or high != high:
+            raise ValueError("priorities must be finite and >= 0, got NaN")
+        if low < 0 or high == _INF:
+            raise ValueError(f"priorities must be finite and >= 0, got {low if low < 0 else high}")
+        if self._eps == 0:
+            raise ValueError(
+                "a priority of 0 needs eps > 0 (the tree value is (priority + eps) ** alpha and "
+                "must be > 0), got priority 0 with eps=0"
+            )
+        if self._eps**self._alpha == 0:
+            raise ValueError(
+                f"a priority of 0 gives a tree value of 0: eps ** alpha underflows with "
+                f"eps={self._eps}, alpha={self._alpha}; use a larger eps"
+            )
 
     @staticmethod
     def _flat_index(index: Any, storage: Any) -> torch.Tensor:

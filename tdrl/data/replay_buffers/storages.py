@@ -1,9 +1,12 @@
-"""Storages: where a replay buffer keeps its items (a list, or contiguous tensors in RAM, on a device or in memory-mapped files)."""
+"""Storages: where a replay buffer keeps its items (a list, or contiguous tensors in RAM, on a device or in memory-mapped files).
+
+This module holds the tensor storages; :class:`Storage` (the interface) and
+:class:`ListStorage` live in their own modules and are importable from here too.
+"""
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -11,8 +14,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils import _pytree
 
+from tdrl.data.replay_buffers.list_storage import ListStorage
+from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range
 from tdrl.data.replay_buffers.utils import (
     collect_leaves,
+    expand_to_items,
     gather_source,
     keys_of,
     tensordict_plan,
@@ -27,7 +33,6 @@ __all__ = [
 ]
 
 _TENSOR_KEY = "_tensor"
-_EMPTY_MSG = "the storage is empty: extend the replay buffer before sampling or indexing it"
 
 
 def _as_tuple(key: Any) -> tuple:
@@ -63,214 +68,38 @@ def _from_plain_state(state: dict | TensorDictBase) -> TensorDictBase:
     return TensorDict(source, batch_size=state["batch_size"], device=state["device"])
 
 
-def _out_of_range(index: Any, length: int) -> IndexError:
-    return IndexError(
-        f"index out of range: expected indices in [-{length}, {length}) for a storage holding "
-        f"{length} items, got {index}"
-    )
+def _common_prefix(shapes: list[torch.Size]) -> tuple[int, ...]:
+    prefix = tuple(shapes[0])
+    for shape in shapes[1:]:
+        size = 0
+        while size < min(len(prefix), len(shape)) and prefix[size] == shape[size]:
+            size += 1
+        prefix = prefix[:size]
+    return prefix
 
 
-class Storage:
-    """Base class of storages: a container of at most ``max_size`` items.
+def full_batch_size(td: TensorDictBase, ndim: int) -> TensorDictBase:
+    """Restore the batch size of stored TensorDicts saved by versions that cut it to ``ndim`` dims.
 
-    Subclasses implement :meth:`set`, :meth:`get`, ``__len__``, :meth:`_empty`,
-    :meth:`state_dict` and :meth:`load_state_dict`. Writers call :meth:`set`, samplers read
-    ``len(storage)`` and the buffer gathers sampled items with :meth:`_gather`.
-
-    Args:
-        max_size: the largest number of items the storage holds.
-        checkpointer: an optional object with ``dumps(storage, path)`` / ``loads(storage, path)``
-            used by :meth:`dumps` / :meth:`loads`.
-        compilable: accepted for API compatibility; it has no effect.
-
-    Examples:
-        >>> storage = ListStorage(3)
-        >>> storage.set(0, "a")
-        >>> storage[0], len(storage), storage.max_size
-        ('a', 1, 3)
+    Those versions kept the batch sizes of nested TensorDicts whole, and every nested
+    batch size and leaf shape starts with the root's: the root batch size is recovered as
+    their longest common prefix. Without nested TensorDicts nothing tells the cut dims
+    apart from feature dims, and ``td`` is returned unchanged.
     """
-
-    ndim: int = 1
-
-    def __init__(
-        self, max_size: int | None, checkpointer: Any = None, compilable: bool = False
-    ) -> None:
-        if max_size is not None and int(max_size) < 1:
-            raise ValueError(f"max_size must be a positive integer, got {max_size}")
-        self.max_size = int(max_size) if max_size is not None else None
-        self.checkpointer = checkpointer
-        self._attached_entities: list[Any] = []
-
-    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
-        """Write ``data`` at ``cursor`` (an int for one item, a slice or index tensor for many)."""
-        raise NotImplementedError
-
-    def get(self, index: Any) -> Any:
-        """Read the items at ``index`` (int, slice, index tensor or list of ints)."""
-        raise NotImplementedError
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def _empty(self) -> None:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        """The storage's content and length, for ``torch.save``."""
-        raise NotImplementedError
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        raise NotImplementedError
-
-    def dumps(self, path: str | os.PathLike) -> None:
-        """Save the storage under ``path`` through its checkpointer (the default one by type)."""
-        from tdrl.data.replay_buffers.checkpointers import default_checkpointer
-
-        default_checkpointer(self).dumps(self, path)
-
-    def loads(self, path: str | os.PathLike) -> None:
-        """Load the storage from ``path`` through its checkpointer (the default one by type)."""
-        from tdrl.data.replay_buffers.checkpointers import default_checkpointer
-
-        default_checkpointer(self).loads(self, path)
-
-    def attach(self, buffer: Any) -> None:
-        """Register an object (e.g. a sampler) that depends on this storage."""
-        self._attached_entities.append(buffer)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.get(index)
-
-    def __setitem__(self, index: Any, data: Any) -> None:
-        self.set(index, data, set_cursor=False)
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self.get(i)
-
-    def _gather(self, index: Any) -> Any:
-        """Read sampled items; indices come from a sampler and are trusted."""
-        return self.get(index)
-
-    def _unravel(self, flat_index: torch.Tensor) -> Any:
-        """Map flat indices in ``[0, len(self))`` to the index type :meth:`get` expects."""
-        return flat_index
-
-    def _ravel(self, index: Any) -> torch.Tensor:
-        """Inverse of :meth:`_unravel`: flat long indices."""
-        return torch.as_tensor(index, dtype=torch.long).reshape(-1)
-
-    def _max_rows(self, data: Any = None, batched: bool = True) -> int:
-        """Capacity along the first dimension (``data`` helps lazy storages infer it)."""
-        return self.max_size
-
-    def _rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
-        """Flat item indices covered by the given rows of the first dimension."""
-        return rows
-
-    def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
-        """``batch_size`` uniformly drawn indices of stored items."""
-        length = len(self)
-        if length == 0:
-            raise RuntimeError(_EMPTY_MSG)
-        return self._unravel(torch.randint(length, (batch_size,), generator=generator))
-
-
-class ListStorage(Storage):
-    """A storage that keeps items in a Python list; it holds any object.
-
-    Args:
-        max_size: the largest number of items; ``None`` means unbounded.
-
-    Examples:
-        >>> storage = ListStorage(10)
-        >>> storage.set(slice(0, 3), ["a", 1, None])
-        >>> storage.get([2, 0])
-        [None, 'a']
-    """
-
-    def __init__(self, max_size: int | None = None, *, compilable: bool = False) -> None:
-        super().__init__(max_size, compilable=compilable)
-        if self.max_size is None:
-            self.max_size = 2**62
-        self._storage: list[Any] = []
-
-    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
-        """Write one item (int cursor) or a sequence of items (slice / indices)."""
-        if isinstance(cursor, (int, np.integer)):
-            self._set_one(int(cursor), data, set_cursor)
-            return
-        if isinstance(cursor, slice):
-            cursor = range(*cursor.indices(cursor.stop if cursor.stop is not None else len(self)))
-        elif isinstance(cursor, torch.Tensor):
-            cursor = cursor.reshape(-1).tolist()
-        if isinstance(data, list):
-            items = data
-        elif isinstance(data, (torch.Tensor, TensorDictBase)):
-            items = list(data.unbind(0))
-        else:
-            count = len(cursor)
-            items = [_pytree.tree_map(lambda leaf, i=i: leaf[i], data) for i in range(count)]
-        if len(cursor) != len(items):
-            raise ValueError(
-                f"ListStorage.set: expected {len(cursor)} items for {len(cursor)} indices, got {len(items)}"
-            )
-        for position, item in zip(cursor, items):
-            self._set_one(int(position), item, set_cursor)
-
-    def _set_one(self, position: int, item: Any, set_cursor: bool) -> None:
-        if position < 0 or position >= self.max_size:
-            raise IndexError(f"index out of range: expected [0, {self.max_size}), got {position}")
-        if position < len(self._storage):
-            self._storage[position] = item
-        elif position == len(self._storage) and set_cursor:
-            self._storage.append(item)
-        else:
-            raise _out_of_range(position, len(self._storage))
-
-    def get(self, index: Any) -> Any:
-        """Read one item (int), a list of items (slice, index tensor, list of ints)."""
-        length = len(self._storage)
-        if isinstance(index, (int, np.integer)):
-            if not -length <= index < length:
-                raise _out_of_range(int(index), length)
-            return self._storage[index]
-        if isinstance(index, slice):
-            return self._storage[index]
-        indices = torch.as_tensor(index).reshape(-1)
-        if indices.dtype == torch.bool:
-            indices = indices.nonzero().squeeze(-1)
-        indices = indices.tolist()
-        if indices and not (-length <= min(indices) and max(indices) < length):
-            raise _out_of_range(index, length)
-        return [self._storage[i] for i in indices]
-
-    def _gather(self, index: Any) -> Any:
-        storage = self._storage
-        return [storage[i] for i in index.tolist()]
-
-    def __len__(self) -> int:
-        return len(self._storage)
-
-    def _empty(self) -> None:
-        self._storage.clear()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The stored items (a list) for ``torch.save``."""
-        return {"_storage": list(self._storage)}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Replace the stored items with those of ``state_dict``."""
-        items = state_dict["_storage"]
-        if not isinstance(items, list):
-            raise TypeError(
-                f"ListStorage state '_storage' must be a list, got {type(items).__name__}"
-            )
-        self._storage = list(items)
-
-    def __repr__(self) -> str:
-        return f"ListStorage(items={len(self)}, max_size={self.max_size})"
+    if td.batch_dims != ndim:
+        return td
+    nodes, leaves = [], []
+    for key in td.keys(include_nested=True):
+        value = td.get(key)
+        (nodes if isinstance(value, TensorDictBase) else leaves).append(
+            value.batch_size if isinstance(value, TensorDictBase) else value.shape
+        )
+    if not nodes:
+        return td
+    prefix = _common_prefix(nodes + leaves)
+    if len(prefix) > ndim:
+        td.batch_size = prefix
+    return td
 
 
 class TensorStorage(Storage):
@@ -278,6 +107,9 @@ class TensorStorage(Storage):
 
     All items share one structure; reading a batch is one gather per leaf. ``len`` counts
     items over the first ``ndim`` dimensions (e.g. ``[B, T]`` frames with ``ndim=2``).
+    A stored TensorDict keeps its whole batch size: the batch dims after the first ``ndim``
+    belong to each item (``[N, T]`` trajectories in a ``ndim=1`` storage sample as
+    ``[batch, T]``).
 
     Args:
         storage: the preallocated container; its leading dimension is the capacity.
@@ -357,20 +189,19 @@ class TensorStorage(Storage):
             raise ValueError(
                 f"storage shape mismatch: expected at least {self.ndim} batch dimensions, got {tuple(td.shape)}"
             )
-        if td.batch_dims > self.ndim:
-            td = td.copy()
-            td.batch_size = td.batch_size[: self.ndim]
         self._td = td
         self._build_plans()
 
     def _build_plans(self) -> None:
         td = self._td
-        self._plan = tensordict_plan(td, self.ndim)
+        self._plan = tensordict_plan(td, td.batch_dims)
         self._keys = keys_of(self._plan)
         self._leaves = [td.get(key) for key in self._keys]
         self._item_shape = tuple(td.shape[1:])
+        # batch dims of each item beyond the ``ndim`` indexing dims ([N, T] items with ndim=1)
+        self._trailing = tuple(td.shape[self.ndim :])
         flat = td if self.ndim == 1 else td.flatten(0, self.ndim - 1)
-        self._flat_plan = tensordict_plan(flat, 1)
+        self._flat_plan = tensordict_plan(flat, flat.batch_dims)
         self._flat_leaves = [flat.get(key) for key in self._keys]
         self._strides = torch.tensor(
             [math.prod(td.shape[d + 1 : self.ndim]) for d in range(self.ndim)], dtype=torch.long
@@ -465,7 +296,9 @@ class TensorStorage(Storage):
             batch = tuple(data.batch_size)
         else:
             batch = tuple(leaves[0].shape)
-        other = batch[1 : self.ndim] if batched else batch[: self.ndim - 1]
+        # an item's batch dims: all of them for TensorDicts, the indexing ones otherwise
+        item = batch[1:] if batched else batch
+        other = item[: self.ndim - 1]
         if len(other) != self.ndim - 1:
             raise ValueError(
                 f"data shape mismatch: a storage with ndim={self.ndim} needs data with at least "
@@ -486,7 +319,8 @@ class TensorStorage(Storage):
                 node = node.setdefault(part, {})
             node[key[-1]] = tensor
         self._kind = kind
-        td = TensorDict(source, batch_size=(rows, *other), device=self._storage_device())
+        td_batch = (rows, *item) if kind == "tensordict" else (rows, *other)
+        td = TensorDict(source, batch_size=td_batch, device=self._storage_device())
         if kind == "tensordict":
             self._restore_sub_batch(td, data, batched)
         self._td = td
@@ -512,7 +346,10 @@ class TensorStorage(Storage):
         """Write ``data`` at ``cursor``.
 
         Args:
-            cursor: an int (one item), a slice or an index tensor along the first dimension.
+            cursor: an int (one item), a slice or an index tensor along the first dimension;
+                with ``ndim > 1``, also the multi-dimensional indices sampling returns: a
+                tuple of index tensors (one per dim) or an index tensor of shape
+                ``[n, ndim]``, as :meth:`get` takes them.
             data: one item (int cursor) or items stacked along a leading dimension.
             set_cursor: whether the write may grow ``len(self)``.
         """
@@ -526,6 +363,11 @@ class TensorStorage(Storage):
                 if view.shape != src.shape:
                     raise self._shape_error(key, view.shape, src.shape)
                 view.copy_(src)
+        elif isinstance(cursor, tuple) or (
+            not single and self._item_index(torch.as_tensor(cursor)) is not None
+        ):
+            cursor = self._multi_index(cursor)
+            self._write_multi(cursor, leaves)
         else:
             if isinstance(cursor, (list, np.ndarray)):
                 cursor = torch.as_tensor(cursor, dtype=torch.long)
@@ -537,6 +379,57 @@ class TensorStorage(Storage):
         if set_cursor:
             self._grow(cursor)
 
+    def _item_index(self, index: torch.Tensor) -> Any:
+        """The item index an index tensor of more than one dim stands for, else ``None``.
+
+        With ``ndim > 1``, a ``[..., ndim]`` integer tensor holds coordinates (the ``"index"``
+        of a sample): it becomes a tuple of index tensors. When items have batch dims of
+        their own, a per-item index expanded over them (``[n, *item dims]``, plus the
+        trailing ``ndim`` for coordinates) is read at its first position along those dims.
+        """
+        if index.ndim < 2 or index.dtype == torch.bool or index.is_floating_point():
+            return None
+        trailing = self._trailing if self._td is not None else ()
+        if self.ndim > 1:
+            if index.shape[-1] != self.ndim:
+                return None
+            if trailing and tuple(index.shape[1:-1]) == trailing:
+                index = index[(slice(None),) + (0,) * len(trailing)]
+            return tuple(index.unbind(-1))
+        if trailing and tuple(index.shape[1:]) == trailing:
+            return index[(slice(None),) + (0,) * len(trailing)]
+        return None
+
+    def _multi_index(self, index: Any) -> tuple:
+        """A tuple index with ints, lists and arrays turned into long tensors."""
+        if not isinstance(index, tuple):
+            item = self._item_index(torch.as_tensor(index))
+            return item if isinstance(item, tuple) else (item,)
+        return tuple(
+            torch.as_tensor(part, dtype=torch.long)
+            if isinstance(part, (int, np.integer, list, np.ndarray))
+            else part
+            for part in index
+        )
+
+    def _write_multi(self, index: tuple, leaves: list[torch.Tensor]) -> None:
+        tensors = all(isinstance(part, torch.Tensor) and part.dtype != torch.bool for part in index)
+        lead = torch.broadcast_shapes(*(part.shape for part in index)) if tensors else None
+        for key, dst, src in zip(self._keys, self._leaves, leaves):
+            if lead is not None:
+                expected = torch.Size((*lead, *dst.shape[len(index) :]))
+                if src.shape != expected:
+                    raise self._shape_error(key, expected, src.shape)
+                dst[index] = src
+                continue
+            try:
+                dst[index] = src
+            except RuntimeError as err:
+                raise ValueError(
+                    f"data shape mismatch at key {key}: cannot write shape {tuple(src.shape)} at "
+                    f"index {index}: {err}"
+                ) from err
+
     @staticmethod
     def _shape_error(key: tuple, expected: torch.Size, got: torch.Size) -> ValueError:
         return ValueError(
@@ -544,6 +437,8 @@ class TensorStorage(Storage):
         )
 
     def _grow(self, cursor: Any) -> None:
+        if isinstance(cursor, tuple):
+            cursor = cursor[0]
         if isinstance(cursor, slice):
             end = cursor.stop
         elif isinstance(cursor, (int, np.integer)):
@@ -600,7 +495,11 @@ class TensorStorage(Storage):
         return self._td[: int(self._len_np)]
 
     def get(self, index: Any) -> Any:
-        """Read items: an int, a slice, an index tensor / list along dim 0, or a tuple of those."""
+        """Read items: an int, a slice, an index tensor / list along dim 0, or a tuple of those.
+
+        With ``ndim > 1`` an integer tensor of shape ``[n, ndim]`` holds coordinates (as the
+        ``"index"`` entry of samples does) and reads ``n`` items.
+        """
         if self._td is None:
             raise RuntimeError(_EMPTY_MSG)
         length = int(self._len_np)
@@ -615,6 +514,12 @@ class TensorStorage(Storage):
         indices = torch.as_tensor(index)
         if indices.dtype == torch.bool:
             return self._wrap(self._valid()[indices])
+        if indices.ndim > 1:
+            item = self._item_index(indices)
+            if isinstance(item, tuple):
+                return self._wrap(self._valid()[item])
+            if item is not None:
+                indices = item
         indices = indices.to(torch.long).reshape(-1)
         if indices.numel():
             low, high = (int(v) for v in torch.aminmax(indices))
@@ -640,6 +545,8 @@ class TensorStorage(Storage):
         device = self._out_device
         source = gather_source(plan, indices, batch, device)
         if extra:
+            if self._trailing:
+                extra = {key: expand_to_items(value, batch) for key, value in extra.items()}
             source.update(extra)
         return TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
 
@@ -648,7 +555,8 @@ class TensorStorage(Storage):
         if self.ndim == 1:
             return self._gather_rows(index, extra)
         flat = self._ravel(index)
-        return self._gather_with(self._flat_plan, self._flat_leaves, flat, (flat.shape[0],), extra)
+        batch = (flat.shape[0], *self._trailing)
+        return self._gather_with(self._flat_plan, self._flat_leaves, flat, batch, extra)
 
     def _unravel(self, flat_index: torch.Tensor) -> Any:
         if self.ndim == 1:
@@ -657,9 +565,23 @@ class TensorStorage(Storage):
 
     def _ravel(self, index: Any) -> torch.Tensor:
         if self.ndim == 1:
+            if isinstance(index, tuple):
+                index = index[0]
             return torch.as_tensor(index, dtype=torch.long).reshape(-1)
         if isinstance(index, tuple):
-            index = torch.stack([torch.as_tensor(i, dtype=torch.long) for i in index], -1)
+            if len(index) < self.ndim or not all(
+                isinstance(part, (torch.Tensor, list, int, np.integer, np.ndarray))
+                for part in index[: self.ndim]
+            ):
+                # slices or ellipses: the flat ids of the items the index selects
+                grid = torch.arange(len(self)).reshape(
+                    int(self._len_np), *self._td.shape[1 : self.ndim]
+                )
+                return grid[index[: self.ndim]].reshape(-1)
+            parts = [torch.as_tensor(part, dtype=torch.long) for part in index[: self.ndim]]
+            if any(part.shape != parts[0].shape for part in parts[1:]):
+                parts = torch.broadcast_tensors(*parts)
+            index = torch.stack(parts, -1)
         index = torch.as_tensor(index, dtype=torch.long)
         if index.ndim == 1:
             return index
@@ -677,6 +599,7 @@ class TensorStorage(Storage):
         """
         return {
             "_storage": None if self._td is None else _plain_state(self._td.to_tensordict()),
+            "full_batch_size": True,
             "initialized": self._td is not None,
             "_len": int(self._len_np),
             "kind": self._kind,
@@ -688,8 +611,11 @@ class TensorStorage(Storage):
         content = state_dict["_storage"]
         if content is not None:
             content = _from_plain_state(content)
+            kind = state_dict.get("kind", "tensordict")
+            if kind == "tensordict" and not state_dict.get("full_batch_size"):
+                content = full_batch_size(content, self.ndim)
             if self._td is None:
-                self._kind = state_dict.get("kind", "tensordict")
+                self._kind = kind
                 if state_dict.get("treespec") is not None:
                     self._treespec = _pytree.treespec_loads(state_dict["treespec"])
                 self.max_size = content.shape[0] * math.prod(content.shape[1 : self.ndim])
@@ -705,7 +631,7 @@ class TensorStorage(Storage):
                     td = td.to(self.device)
                 self._td = td
                 self._build_plans()
-            elif content.shape != self._td.shape:
+            elif content.shape[: self.ndim] != self._td.shape[: self.ndim]:
                 raise ValueError(
                     f"state shape mismatch: expected storage shape {tuple(self._td.shape)}, got {tuple(content.shape)}"
                 )

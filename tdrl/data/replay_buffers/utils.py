@@ -10,7 +10,9 @@ from torch.utils import _pytree
 
 __all__ = [
     "collect_leaves",
+    "expand_to_items",
     "gather_source",
+    "item_list",
     "keys_of",
     "leading_dim",
     "slice_data",
@@ -18,17 +20,24 @@ __all__ = [
     "tensordict_plan",
 ]
 
+_EXTEND_TYPES = "a tensor, a TensorDict, a list of items or a pytree of tensors stacked along dim 0"
+
 
 def leading_dim(data: Any) -> int:
     """Number of items in ``data``: its leading dimension (or length, for a list).
 
     Raises:
         ValueError: when the leaves of a pytree do not share their leading dimension.
+        TypeError: when ``data`` holds no tensor (e.g. a ``range`` given to a tensor storage).
 
     Examples:
         >>> import torch
         >>> leading_dim({"a": torch.zeros(3, 2), "b": (torch.ones(3),)})
         3
+        >>> leading_dim(range(3))
+        Traceback (most recent call last):
+        ...
+        TypeError: extend expects a tensor, a TensorDict, a list of items or a pytree of tensors stacked along dim 0, got range
     """
     if isinstance(data, TensorDictBase):
         if not data.batch_dims:
@@ -43,13 +52,62 @@ def leading_dim(data: Any) -> int:
     if isinstance(data, list):
         return len(data)
     leaves = _pytree.tree_leaves(data)
-    sizes = {tuple(leaf.shape[:1]) for leaf in leaves if isinstance(leaf, torch.Tensor)}
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    if not tensors:
+        held = f" holding {type(leaves[0]).__name__}" if leaves and leaves[0] is not data else ""
+        raise TypeError(f"extend expects {_EXTEND_TYPES}, got {type(data).__name__}{held}")
+    sizes = {tuple(leaf.shape[:1]) for leaf in tensors}
     if len(sizes) != 1 or () in sizes:
-        shapes = [tuple(leaf.shape) for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        shapes = [tuple(leaf.shape) for leaf in tensors]
         raise ValueError(
             f"extend expects all tensors of a pytree to share their leading dimension, got shapes {shapes}"
         )
     return sizes.pop()[0]
+
+
+def item_list(data: Any) -> list | None:
+    """``data`` as a list of items when it is a plain sequence of objects, else ``None``.
+
+    A ``range``, or a tuple holding anything but tensors, is a sequence of items; tensors,
+    TensorDicts and pytrees of tensors are batches stacked along dim 0.
+
+    Examples:
+        >>> import torch
+        >>> item_list(range(3)), item_list(("a", 1))
+        ([0, 1, 2], ['a', 1])
+        >>> item_list((torch.zeros(2), torch.ones(2))) is None
+        True
+    """
+    if isinstance(data, list):
+        return data
+    if isinstance(data, range):
+        return list(data)
+    if type(data) is tuple and not all(
+        isinstance(leaf, torch.Tensor) for leaf in _pytree.tree_leaves(data)
+    ):
+        return list(data)
+    return None
+
+
+def expand_to_items(value: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
+    """Broadcast a per-item value ``[n, *rest]`` over the item dims of a ``[n, *item]`` batch.
+
+    Items stored with batch dims of their own (``[N, T]`` trajectories in a storage indexed
+    along ``N``) come out as ``[n, T]`` batches; per-item sampler values such as ``"index"``
+    or importance weights are expanded (a view, no copy) to ``[n, T, *rest]``.
+
+    Examples:
+        >>> import torch
+        >>> expand_to_items(torch.tensor([4, 7]), (2, 3))
+        tensor([[4, 4, 4],
+                [7, 7, 7]])
+    """
+    item = tuple(batch[1:])
+    if not item or tuple(value.shape[1 : 1 + len(item)]) == item:
+        return value
+    rest = value.shape[1:]
+    view = value.reshape(value.shape[0], *([1] * len(item)), *rest)
+    return view.expand(value.shape[0], *item, *rest)
 
 
 def slice_data(data: Any, index: Any) -> Any:
@@ -94,12 +152,18 @@ def stack_items(items: list) -> Any:
     return items
 
 
-def tensordict_plan(td: TensorDictBase, ndim: int) -> list[tuple[str, Any, Any]]:
-    """A gather plan: (key, tensor, None) for leaves, (key, sub_plan, trailing batch dims) for nodes."""
+def tensordict_plan(td: TensorDictBase, batch_dims: int) -> list[tuple[str, Any, Any]]:
+    """A gather plan: (key, tensor, None) for leaves, (key, sub_plan, trailing batch dims) for nodes.
+
+    The trailing batch dims of a node are those after the first ``batch_dims`` (the batch
+    dims of the root, which a gather gives as a whole).
+    """
     plan = []
     for key, value in td.items():
         if isinstance(value, TensorDictBase):
-            plan.append((key, tensordict_plan(value, ndim), tuple(value.batch_size[ndim:])))
+            plan.append(
+                (key, tensordict_plan(value, batch_dims), tuple(value.batch_size[batch_dims:]))
+            )
         else:
             plan.append((key, value, None))
     return plan
