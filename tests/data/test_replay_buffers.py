@@ -358,6 +358,14 @@ def test_ndim_storage_and_dim_extend():
     assert torch.equal(sample["step"], torch.where(rows < 10, rows + 50, rows))
 
 
+@pytest.mark.parametrize("data", [TensorDict({"a": torch.zeros(10)}, [10]), torch.zeros(10)])
+def test_extend_without_the_dim_extend_dim_names_it(data):
+    rb = ReplayBuffer(storage=LazyTensorStorage(20, ndim=2))
+    rb.extend(data.reshape(2, 5))
+    with pytest.raises(ValueError, match=r"dim 1 \(dim_extend\).*2 batch dims.*\(10,\)"):
+        rb.extend(data)
+
+
 def test_ndim_max_size_is_rounded_to_whole_rows():
     rb = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2))
     rb.extend(torch.zeros(3, 4))

@@ -94,6 +94,17 @@ class _TransformSequence:
 
 
 def _move_extend_dim(data: Any, dim: int) -> Any:
+    if isinstance(data, TensorDictBase):
+        shape = data.batch_size
+    elif isinstance(data, torch.Tensor):
+        shape = data.shape
+    else:
+        shape = _pytree.tree_leaves(data)[0].shape
+    if len(shape) <= dim:
+        raise ValueError(
+            f"extend writes along dim {dim} (dim_extend): expected data with at least "
+            f"{dim + 1} batch dims, got batch size {tuple(shape)}"
+        )
     if isinstance(data, (torch.Tensor, TensorDictBase)):
         return data.transpose(dim, 0)
     return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
