@@ -394,6 +394,10 @@ class RemoveEmptySpecs(Transform):
     On the input side, the empty sub-tensordicts the base env expects (from its state
     spec) are put back before the env reads them.
 
+    Args:
+        in_keys, out_keys, in_keys_inv, out_keys_inv: the usual transform keys, accepted
+            as every transform does; the transform always applies to every entry.
+
     Examples:
         >>> from tdrl.data import Composite
         >>> from tdrl.envs import RemoveEmptySpecs
@@ -403,8 +407,14 @@ class RemoveEmptySpecs(Transform):
         True
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self._empty_state_keys: list = []
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:

@@ -197,6 +197,9 @@ def test_remove_empty_specs_and_data():
     assert "empty" not in env.reset().keys()
     td = TensorDict({"a": {}, "b": torch.ones(1)}, [])
     assert list(RemoveEmptySpecs()(td).keys()) == ["b"]
+    # the transform keys every transform takes are accepted; it still applies to all entries
+    keyed = RemoveEmptySpecs(in_keys=["b"], out_keys=["b"])
+    assert list(keyed(td.clone()).keys()) == ["b"]
 
 
 # ----------------------------------------------------------------- unary
