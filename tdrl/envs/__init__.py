@@ -10,6 +10,7 @@ from tdrl.envs import custom as _custom
 from tdrl.envs import gym_like as _gym_like
 from tdrl.envs import libs as _libs
 from tdrl.envs import metadata as _metadata
+from tdrl.envs import model_based as _model_based
 from tdrl.envs import transforms as _transforms
 from tdrl.envs import utils as _utils
 from tdrl.envs.async_pool import *  # noqa: F403
@@ -20,6 +21,7 @@ from tdrl.envs.custom import *  # noqa: F403
 from tdrl.envs.gym_like import *  # noqa: F403
 from tdrl.envs.libs import *  # noqa: F403
 from tdrl.envs.metadata import *  # noqa: F403
+from tdrl.envs.model_based import *  # noqa: F403
 from tdrl.envs.transforms import *  # noqa: F403
 from tdrl.envs.utils import *  # noqa: F403
 
@@ -34,4 +36,5 @@ __all__ = [
     *_transforms.__all__,
     *_batched.__all__,
     *_async_pool.__all__,
+    *_model_based.__all__,
 ]
