@@ -9,9 +9,12 @@ with no policy takes a cheaper columnar path (see ``bench_gym.py``), whose time 
 too, for reference. When ``RewardSum`` is not available, the chain is
 ``StepCounter() + InitTracker()`` and the output says so.
 
+``--clock cpu`` times with the process CPU clock instead of the wall clock, which is
+steadier on a machine shared with other jobs (the benchmark runs in one thread).
+
 Usage::
 
-    python benchmarks/bench_transforms.py [--quick] [--steps N] [--rounds R]
+    python benchmarks/bench_transforms.py [--quick] [--steps N] [--rounds R] [--clock wall|cpu]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from tdrl.envs import Compose, GymEnv, InitTracker, StepCounter, TransformedEnv
 
 TARGET_RATIO = 1.5
+CLOCK = time.perf_counter
 
 
 def _chain() -> tuple[Compose, str]:
@@ -38,9 +42,9 @@ def _chain() -> tuple[Compose, str]:
 
 def _time_rollout(env, steps: int, explicit_policy: bool = True) -> float:
     policy = env.rand_action if explicit_policy else None
-    start = time.perf_counter()
+    start = CLOCK()
     env.rollout(steps, policy=policy, break_when_any_done=False)
-    return (time.perf_counter() - start) / steps
+    return (CLOCK() - start) / steps
 
 
 def main() -> None:
@@ -48,7 +52,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short run (a few seconds)")
     parser.add_argument("--steps", type=int, default=None, help="steps per rollout")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     steps = args.steps or (200 if args.quick else 500)
     rounds = args.rounds or (7 if args.quick else 25)
     torch.set_num_threads(1)
@@ -82,6 +89,7 @@ def main() -> None:
             {
                 "benchmark": "transforms",
                 "chain": chain_name,
+                "clock": args.clock,
                 "steps": steps,
                 "rounds": rounds,
                 "base_us_per_step": round(base_us, 2),
