@@ -11,6 +11,7 @@ the caller falls back on tensordict's own stack.
 
 from __future__ import annotations
 
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 import torch
@@ -19,13 +20,17 @@ from tensordict import TensorDict
 __all__ = ["Irregular", "stack_steps"]
 
 
+_ENTRIES = attrgetter("_tensordict")
+_BATCH = attrgetter("batch_size")
+
+
 class Irregular(Exception):
     """The steps do not share one structure of plain tensors."""
 
 
 def _shifted(column: list, next_column: list) -> bool:
     """Whether ``column[t + 1] is next_column[t]`` for every step."""
-    return all(a is b for a, b in zip(column[1:], next_column))
+    return all(map(is_, column[1:], next_column))
 
 
 def _stack_level(
@@ -41,9 +46,14 @@ def _stack_level(
     first_entries = first._tensordict
     keys = first_entries.keys()
     batch = first.batch_size
-    for td in tds:
-        if type(td) is not TensorDict or td._tensordict.keys() != keys or td.batch_size != batch:
-            raise Irregular
+    # C-level passes (map) instead of a Python loop: the same structure means the same
+    # type, batch size and number of keys, and every key of the first step (a missing
+    # one raises KeyError when its column is gathered below)
+    if set(map(type, tds)) != {TensorDict}:
+        raise Irregular
+    entries = list(map(_ENTRIES, tds))
+    if len(set(map(_BATCH, tds))) != 1 or set(map(len, entries)) != {len(keys)}:
+        raise Irregular
     count = len(tds)
     source: dict = {}
     columns: dict = {}
@@ -54,7 +64,10 @@ def _stack_level(
         ordered.insert(0, "next")
     for key in ordered:
         value = first_entries[key]
-        column = [td._tensordict[key] for td in tds]
+        try:
+            column = list(map(itemgetter(key), entries))
+        except KeyError as err:
+            raise Irregular from err
         if type(value) is TensorDict:
             if root and key == "next":
                 built, sub_columns = _stack_level(column, dim, device, None, None, False)

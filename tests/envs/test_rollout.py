@@ -169,6 +169,31 @@ def test_rollout_restores_automatic_garbage_collection():
         gc.enable()
 
 
+def _step_td(**entries):
+    return TensorDict({key: torch.zeros(2, 1) for key in entries}, [2])
+
+
+@pytest.mark.parametrize(
+    "odd_one",
+    [
+        _step_td(a=0, c=0),  # same number of keys, another name
+        _step_td(a=0),  # a key fewer
+        _step_td(a=0, b=0, c=0),  # a key more
+        TensorDict({"a": torch.zeros(2, 1), "b": torch.zeros(2, 1)}, [2, 1]),  # other batch
+        LazyStackedTensorDict.lazy_stack([_step_td(a=0, b=0)[0], _step_td(a=0, b=0)[1]]),
+    ],
+)
+def test_stacking_rejects_steps_of_another_structure(odd_one):
+    from tdrl.envs._stack import Irregular, stack_steps
+
+    steps = [_step_td(a=0, b=0) for _ in range(3)]
+    assert stack_steps(steps, 1).batch_size == (2, 3)
+    with pytest.raises(Irregular):
+        stack_steps([*steps, odd_one], 1)
+    with pytest.raises(Irregular):
+        stack_steps([odd_one, *steps], 1)
+
+
 def test_rollout_stacking_matches_tensordict_stack_for_nested_data():
     from tdrl.envs._stack import stack_steps
 
