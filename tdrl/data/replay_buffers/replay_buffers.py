@@ -16,7 +16,12 @@ from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
-from tdrl.data.replay_buffers.utils import expand_to_items, item_list, stack_items
+from tdrl.data.replay_buffers.utils import (
+    expand_to_items,
+    item_list,
+    move_extend_dim,
+    stack_items,
+)
 from tdrl.data.replay_buffers.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
 
 __all__ = [
@@ -91,23 +96,6 @@ class _TransformSequence:
 
     def __repr__(self) -> str:
         return f"Transforms({self._transforms!r})"
-
-
-def _move_extend_dim(data: Any, dim: int) -> Any:
-    if isinstance(data, TensorDictBase):
-        shape = data.batch_size
-    elif isinstance(data, torch.Tensor):
-        shape = data.shape
-    else:
-        shape = _pytree.tree_leaves(data)[0].shape
-    if len(shape) <= dim:
-        raise ValueError(
-            f"extend writes along dim {dim} (dim_extend): expected data with at least "
-            f"{dim + 1} batch dims, got batch size {tuple(shape)}"
-        )
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
-        return data.transpose(dim, 0)
-    return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
 
 
 def _pin(data: Any) -> Any:
@@ -330,7 +318,7 @@ class ReplayBuffer:
         if self._transform.has_inv:
             data = self._transform.inv(data)
         if self.dim_extend:
-            data = _move_extend_dim(data, self.dim_extend)
+            data = move_extend_dim(data, self.dim_extend)
         return data
 
     def extend(self, data: Any) -> torch.Tensor:

@@ -15,6 +15,7 @@ __all__ = [
     "item_list",
     "keys_of",
     "leading_dim",
+    "move_extend_dim",
     "slice_data",
     "stack_items",
     "tensordict_plan",
@@ -227,3 +228,21 @@ def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> 
             f"data structure mismatch at key {(*prefix, extra[0])}: the storage has no such key "
             f"(stored keys at this level: {sorted(known)})"
         )
+
+
+def move_extend_dim(data: Any, dim: int) -> Any:
+    """Move the ``dim_extend`` dim of ``data`` (a tensor, TensorDict or pytree) to the front."""
+    if isinstance(data, TensorDictBase):
+        shape = data.batch_size
+    elif isinstance(data, torch.Tensor):
+        shape = data.shape
+    else:
+        shape = _pytree.tree_leaves(data)[0].shape
+    if len(shape) <= dim:
+        raise ValueError(
+            f"extend writes along dim {dim} (dim_extend): expected data with at least "
+            f"{dim + 1} batch dims, got batch size {tuple(shape)}"
+        )
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        return data.transpose(dim, 0)
+    return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
