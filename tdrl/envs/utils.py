@@ -11,6 +11,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_
 from tdrl.data import Composite, make_composite_from_td
 from tdrl.envs._checks import shapes_match
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
+from tdrl.envs._partial import any_true
 from tdrl.envs._step_mdp import excluded_set, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
@@ -156,7 +157,7 @@ def terminated_or_truncated(
             aggregate = value if aggregate is None else aggregate | value
         if aggregate is None:
             continue
-        level_any = bool(aggregate.any())
+        level_any = any_true(aggregate)
         any_done = any_done or level_any
         if key is not None and (level_any or write_full_false):
             data.set(from_tuple((*prefix, key)), aggregate)
