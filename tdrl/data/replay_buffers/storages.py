@@ -363,10 +363,12 @@ class TensorStorage(Storage):
                 if view.shape != src.shape:
                     raise self._shape_error(key, view.shape, src.shape)
                 view.copy_(src)
-        elif isinstance(cursor, tuple) or (
-            not single and self._item_index(torch.as_tensor(cursor)) is not None
-        ):
+        elif isinstance(cursor, tuple):
             cursor = self._multi_index(cursor)
+            self._write_multi(cursor, leaves)
+        elif not single and (item := self._item_index(torch.as_tensor(cursor))) is not None:
+            # computed once: _multi_index of the cursor would derive the same item again
+            cursor = self._multi_index(item if isinstance(item, tuple) else (item,))
             self._write_multi(cursor, leaves)
         else:
             if isinstance(cursor, (list, np.ndarray)):
