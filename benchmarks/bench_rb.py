@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import torch
+from _baselines import bare_gather
 from tensordict import TensorDict
 
 from tdrl.data.replay_buffers import (
@@ -90,26 +91,6 @@ def filled_buffer(cls, storage, data, **kwargs):
     return rb
 
 
-def bare_gather(rb):
-    """One ``index_select`` per stored tensor at pre-drawn random indices.
-
-    The pool of index sets is large enough that rows are not revisited while still cached,
-    as with a sampler's fresh draws (a small pool makes the baseline unrealistically warm).
-    """
-    leaves = rb.storage._leaves
-    length = len(rb)
-    pool = 4096
-    indices = [torch.randint(length, (BATCH,)) for _ in range(pool)]
-    state = {"i": 0}
-
-    def gather():
-        state["i"] = (state["i"] + 1) % pool
-        index = indices[state["i"]]
-        return [leaf.index_select(0, index) for leaf in leaves]
-
-    return gather
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller storage, fewer rounds")
@@ -122,7 +103,7 @@ def main() -> None:
     rows = []
 
     rb = filled_buffer(TensorDictReplayBuffer, LazyTensorStorage(size), data)
-    ours, base = compare(rb.sample, bare_gather(rb), calls, rounds, "uniform sample()")
+    ours, base = compare(rb.sample, bare_gather(rb, BATCH, 4096), calls, rounds, "uniform sample()")
     results.update(uniform_us=ours, gather_us=base, uniform_ratio=ours / base)
     rows.append(("uniform sample()", ours, base, ours / base, "<= 2"))
 
@@ -136,7 +117,7 @@ def main() -> None:
         prb.update_priority(sample["index"], priorities)
 
     prio_name = "prioritized sample()+update_priority()"
-    ours, base = compare(prioritized_step, bare_gather(prb), calls, rounds, prio_name)
+    ours, base = compare(prioritized_step, bare_gather(prb, BATCH, 4096), calls, rounds, prio_name)
     results.update(prioritized_us=ours, prioritized_ratio=ours / base, prioritized_it_s=1e6 / ours)
     rows.append((prio_name, ours, base, ours / base, "<= 5"))
 
@@ -192,7 +173,7 @@ def main() -> None:
         if stored > size:
             break
         srb = filled_buffer(TensorDictReplayBuffer, LazyTensorStorage(stored), data[:stored])
-        ours, base = compare(srb.sample, bare_gather(srb), calls, rounds)
+        ours, base = compare(srb.sample, bare_gather(srb, BATCH, 4096), calls, rounds)
         results[f"uniform_us_{stored}"] = ours
         print(f"  {stored:>9d} items: {ours:7.1f} us (bare gather {base:6.1f} us)")
 

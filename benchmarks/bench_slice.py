@@ -24,6 +24,7 @@ import tempfile
 import time
 
 import torch
+from _baselines import bare_gather
 from tensordict import TensorDict
 
 from tdrl.data.replay_buffers import LazyTensorStorage, TensorDictReplayBuffer
@@ -80,20 +81,6 @@ def compare(ours, base, calls: int, rounds: int) -> tuple[float, float]:
     return statistics.median(ours_t), statistics.median(base_t)
 
 
-def bare_gather(rb):
-    leaves = rb.storage._leaves
-    length = len(rb)
-    indices = [torch.randint(length, (BATCH,)) for _ in range(64)]
-    state = {"i": 0}
-
-    def gather():
-        state["i"] = (state["i"] + 1) % 64
-        index = indices[state["i"]]
-        return [leaf.index_select(0, index) for leaf in leaves]
-
-    return gather
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller storage, fewer rounds")
@@ -109,7 +96,7 @@ def main() -> None:
     sampler = SliceSampler(num_slices=NUM_SLICES, end_key=("next", "done"), cache_values=True)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(size), sampler=sampler, batch_size=BATCH)
     rb.extend(data)
-    ours, base = compare(rb.sample, bare_gather(rb), calls, rounds)
+    ours, base = compare(rb.sample, bare_gather(rb, BATCH, 64), calls, rounds)
     results.update(
         slice_us=ours, gather_us=base, slice_ratio=ours / base, slice_batches_s=1e6 / ours
     )
@@ -117,7 +104,7 @@ def main() -> None:
 
     urb = TensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=BATCH)
     urb.extend(data)
-    ours, base = compare(urb.sample, bare_gather(urb), calls, rounds)
+    ours, base = compare(urb.sample, bare_gather(urb, BATCH, 64), calls, rounds)
     results.update(uniform_us=ours, uniform_ratio=ours / base)
     rows.append(("uniform sample() (reference)", ours, base, ours / base, "-"))
 
