@@ -93,13 +93,19 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         self.done_key = done_key
 
     def _chronological(
-        self, storage: Any, timeline: Timeline
-    ) -> tuple[TensorDictBase, torch.Tensor]:
-        """A ``[streams, length]`` view-like TensorDict in time order, and its flat storage indices."""
-        order = timeline.all_flat()
-        td = storage._td
+        self, storage: Any
+    ) -> tuple[TensorDictBase, Timeline, TensorDictBase, torch.Tensor] | None:
+        """The content a dump reads, or None for a storage not initialized yet.
+
+        Returns the stored TED TensorDict, its timeline, a flat view of it and the flat
+        indices in time order.
+        """
+        if hasattr(storage, "_td") and storage._td is None:
+            return None
+        td = _stored_tensordict(storage, type(self).__name__)
+        timeline = storage_timeline(storage)
         flat = td if storage.ndim == 1 else td.flatten(0, storage.ndim - 1)
-        return flat, order
+        return td, timeline, flat, timeline.all_flat()
 
     def _stops(
         self, flat: TensorDictBase, order: torch.Tensor, timeline: Timeline, dup: list
@@ -118,11 +124,10 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         return stop.reshape(-1).nonzero().squeeze(1)
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
+        content = self._chronological(storage)
+        if content is None:
             return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
+        td, timeline, flat, order = content
         dup = duplicated_keys(td, self.done_keys, self.reward_keys)
         stops = self._stops(flat, order, timeline, dup)
         entries = []
@@ -207,11 +212,10 @@ class NestedStorageCheckpointer(FlatStorageCheckpointer):
     format_name = "tdrl.NestedStorage"
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
+        content = self._chronological(storage)
+        if content is None:
             return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
+        td, timeline, flat, order = content
         done = flat.get(self.done_key, None)
         chrono = TensorDict({}, batch_size=[timeline.streams, timeline.length])
         if done is not None:
@@ -294,11 +298,10 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
         self.h5_kwargs = {"compression": "gzip"} if h5_kwargs is None else dict(h5_kwargs)
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        if hasattr(storage, "_td") and storage._td is None:
+        content = self._chronological(storage)
+        if content is None:
             return {"initialized": False}
-        td = _stored_tensordict(storage, type(self).__name__)
-        timeline = storage_timeline(storage)
-        flat, order = self._chronological(storage, timeline)
+        td, timeline, flat, order = content
         chrono = flat[order].unflatten(0, (timeline.streams, timeline.length))
         splitter = H5Split(self.h5_kwargs, self.done_key, self.done_keys, self.reward_keys)
         splitter(chrono, os.path.join(folder, self.checkpoint_file))
