@@ -9,7 +9,7 @@ MIN_STAMP := $(MIN_VENV)/.tdrl-installed
 
 .PHONY: setup lint format test test-min bench demo clean
 
-$(STAMP): requirements/lock.txt pyproject.toml
+$(STAMP): requirements/lock.txt requirements/backends-*.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements/lock.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
@@ -17,7 +17,7 @@ $(STAMP): requirements/lock.txt pyproject.toml
 
 setup: $(STAMP)
 
-$(MIN_STAMP): requirements/lock.txt requirements/lock-min.txt pyproject.toml
+$(MIN_STAMP): requirements/lock.txt requirements/backends-*.txt requirements/lock-min.txt pyproject.toml
 	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock-min.txt
