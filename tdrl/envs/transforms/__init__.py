@@ -58,6 +58,7 @@ from tdrl.envs.transforms.shapes import (
     SqueezeTransform,
     UnsqueezeTransform,
 )
+from tdrl.envs.transforms.stack import Stack
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
 
@@ -100,6 +101,7 @@ __all__ = [
     "RenameTransform",
     "SelectTransform",
     "SqueezeTransform",
+    "Stack",
     "StepCounter",
     "TensorDictPrimer",
     "TrajCounter",
