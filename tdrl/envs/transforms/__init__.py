@@ -25,7 +25,7 @@ from tdrl.envs.transforms.keys import (
     UnaryTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
-from tdrl.envs.transforms.normalization import ObservationNorm, VecNorm
+from tdrl.envs.transforms.normalization import ObservationNorm
 from tdrl.envs.transforms.projections import (
     ActionDiscretizer,
     DiscreteActionProjection,
@@ -61,6 +61,8 @@ from tdrl.envs.transforms.shapes import (
 from tdrl.envs.transforms.stack import Stack
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
+from tdrl.envs.transforms.vecnorm import VecNorm
+from tdrl.envs.transforms.vecnorm_v2 import VecNormV2
 
 __all__ = [
     "ActionDiscretizer",
@@ -122,4 +124,5 @@ __all__ = [
     "SignTransform",
     "TargetReturn",
     "VecNorm",
+    "VecNormV2",
 ]

@@ -178,15 +178,23 @@ def test_vecnorm_partial_reset_batched(cartpole2):
     assert vecnorm._td["observation_count"].item() > 0
 
 
-def test_vecnorm_clones_share_stats_and_frozen_copy_does_not():
+def test_vecnorm_clones_and_frozen_copy_follow_the_shared_stats():
     vecnorm = VecNorm(in_keys=["observation"])
+    with pytest.raises(RuntimeError, match="Make sure the VecNorm has been initialized"):
+        vecnorm.frozen_copy()
     env = TransformedEnv(CountingEnv(max_steps=100), vecnorm)
     clone = vecnorm.clone()
     frozen = vecnorm.frozen_copy()
     env.rollout(5)
     assert clone._td is vecnorm._td
-    assert frozen.frozen and frozen._td["observation_count"].item() == 0.0
-    assert vecnorm._td["observation_count"].item() > 0
+    # the frozen copy reads the statistics the original keeps updating, and updates nothing
+    assert frozen.frozen and frozen._td["observation_count"].item() > 0
+    td = TensorDict({"observation": torch.full((4,), 3.0)}, [])
+    counts = vecnorm._td["observation_count"].clone()
+    torch.testing.assert_close(
+        frozen(td.clone())["observation"], vecnorm.to_observation_norm()(td)["observation"]
+    )
+    assert torch.equal(vecnorm._td["observation_count"], counts)
     static = vecnorm.to_observation_norm()
     assert isinstance(static, ObservationNorm) and static.standard_normal
 
@@ -203,6 +211,27 @@ def test_vecnorm_state_dict_round_trip(tmp_path):
     target.load_state_dict(torch.load(path, weights_only=True))
     assert torch.equal(target._td["observation_sum"], source._td["observation_sum"])
     assert target._td["observation_sum"] is shared and shared.is_shared()
+
+
+def test_vecnorm_nested_keys_state_dict_and_denorm():
+    vecnorm = VecNorm(in_keys=["a", ("b", "c")], out_keys=["a_n", ("b", "c_n")], decay=1.0)
+    with pytest.warns(UserWarning, match="uninitialized VecNorm"):
+        empty = vecnorm.state_dict()
+    data = TensorDict({"a": torch.randn(5, 2), ("b", "c"): torch.randn(5, 3)}, [5])
+    out = vecnorm(data.clone())
+    # statistics of nested keys sit next to them
+    assert ("b", "c_sum") in vecnorm._td.keys(True, True)
+    state = vecnorm.state_dict()["_extra_state"]
+    assert f"b{VecNorm.SEP}c_ssq" in state
+    restored = vecnorm.denorm(out.exclude("a", ("b", "c")))
+    torch.testing.assert_close(restored["a"], data["a"], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(restored["b", "c"], data["b", "c"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(KeyError, match="Could not find a tensordict"):
+        vecnorm.load_state_dict(empty)
+    fresh = VecNorm(in_keys=["a", ("b", "c")], out_keys=["a_n", ("b", "c_n")])
+    with pytest.warns(UserWarning, match="VecNorm wasn't initialized"):
+        fresh.load_state_dict(vecnorm.state_dict())
+    assert fresh._td["b", "c_count"].item() == 5.0 and fresh._td["a_sum"].is_shared()
 
 
 def test_vecnorm_missing_key_and_bad_arguments():
