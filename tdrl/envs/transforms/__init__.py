@@ -31,7 +31,11 @@ from tdrl.envs.transforms.projections import (
     DiscreteActionProjection,
     gSDENoise,
 )
-from tdrl.envs.transforms.rb_transforms import MultiStepTransform
+from tdrl.envs.transforms.rb_transforms import (
+    MultiStepTransform,
+    NextStateReconstructor,
+    PolicyAgeFilter,
+)
 from tdrl.envs.transforms.resets import (
     AutoResetTransform,
     ConditionalSkip,
@@ -95,10 +99,12 @@ __all__ = [
     "Hash",
     "InitTracker",
     "MultiStepTransform",
+    "NextStateReconstructor",
     "NoopResetEnv",
     "ObservationTransform",
     "PermuteTransform",
     "PinMemoryTransform",
+    "PolicyAgeFilter",
     "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
