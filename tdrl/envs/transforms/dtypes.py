@@ -171,11 +171,20 @@ class DoubleToFloat(DTypeCastTransform):
         )
 
 
+def _mixed(tensordict: TensorDictBase, moved_to: torch.device | None) -> TensorDictBase:
+    """Drop the device of ``tensordict`` when some of its entries moved to another one."""
+    if moved_to is not None and tensordict.device is not None and tensordict.device != moved_to:
+        tensordict.clear_device_()
+    return tensordict
+
+
 class DeviceCastTransform(Transform):
     """Moves data to ``device`` (and inputs back to the base env's device).
 
     Without keys, whole tensordicts move and the transformed env reports ``device``
-    as its device; with keys, only those entries move.
+    as its device; with keys, only those entries move, and tensordicts (and the env)
+    that then hold entries on several devices have no device (``None``). On the
+    inverse path, entries the data lack are skipped.
 
     Args:
         device: the destination device.
@@ -221,7 +230,7 @@ class DeviceCastTransform(Transform):
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self._whole:
             return next_tensordict.to(self.device, non_blocking=True)
-        return super()._call(next_tensordict)
+        return _mixed(super()._call(next_tensordict), self.device)
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
@@ -233,7 +242,12 @@ class DeviceCastTransform(Transform):
             if self.orig_device is None:
                 return tensordict.clear_device_()
             return tensordict.to(self.orig_device, non_blocking=True)
-        return super()._inv_call(tensordict)
+        # entries the data lack have nothing to move (resets carry no action, for instance)
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            value = tensordict.get(out_key, None)
+            if value is not None:
+                tensordict.set(in_key, self._inv_apply_transform(value))
+        return _mixed(tensordict, self.orig_device)
 
     def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
         if tensordict is None:
@@ -244,10 +258,12 @@ class DeviceCastTransform(Transform):
         return self._whole or bool(self.in_keys_inv)
 
     def transform_env_device(self, device: torch.device | None) -> torch.device | None:
-        """The destination device when whole tensordicts move, else unchanged."""
+        """The destination device when whole tensordicts move; None when only some entries do."""
         if self.orig_device is None:
             self.orig_device = device
-        return self.device if self._whole else device
+        if self._whole:
+            return self.device
+        return device if device == self.device else None
 
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Move the output specs (or the ``in_keys`` ones) to ``device``."""

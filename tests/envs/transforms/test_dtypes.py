@@ -119,6 +119,31 @@ def test_device_cast_cpu_roundtrip(pendulum):
     assert data.device == torch.device("cpu")
 
 
+def test_device_cast_some_entries_leaves_data_without_device():
+    # "cpu:1" is a device of its own for tensordicts, which is enough to mix devices on a CPU
+    partial = DeviceCastTransform(
+        "cpu:1", "cpu:0", in_keys=["a"], out_keys=["b"], in_keys_inv=["c"], out_keys_inv=["d"]
+    )
+    td = TensorDict({"a": torch.zeros(()), "d": torch.zeros(())}, [], device="cpu:0")
+    assert partial._call(td.clone()).device is None
+    outside = TensorDict({"d": torch.zeros(())}, [], device="cpu:1")
+    assert partial._inv_call(outside).device is None  # "c" went back to cpu:0
+    # the inverse skips entries the data lack (a reset input carries no action)
+    assert partial._inv_call(TensorDict({"a": torch.zeros(())}, [], device="cpu:0")).device == (
+        torch.device("cpu:0")
+    )
+    env = TransformedEnv(
+        CountingEnv(device="cpu:0"),
+        DeviceCastTransform("cpu:1", in_keys=["observation"], in_keys_inv=["action"]),
+    )
+    assert env.device is None
+    assert env.transform.orig_device == torch.device("cpu:0")
+    check_env_specs(env)
+    whole = TransformedEnv(CountingEnv(device="cpu:0"), DeviceCastTransform("cpu:1"))
+    assert whole.device == torch.device("cpu:1")
+    assert whole.reset().device == torch.device("cpu:1")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_device_cast_to_cuda(pendulum):
     env = TransformedEnv(pendulum, DeviceCastTransform("cuda:0"))
