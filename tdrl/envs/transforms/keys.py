@@ -12,10 +12,12 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 from tdrl.data import Composite, NonTensor, Unbounded
 from tdrl.envs.transforms.transform import (
     INPUT_ENTRIES,
+    MISSING_KEY_ERROR,
     OUTPUT_ENTRIES,
     NestedKey,
     ObservationTransform,
     Transform,
+    _key_list,
     _normalize_keys,
     locate_spec,
     map_input_specs,
@@ -601,11 +603,13 @@ class Hash(UnaryTransform):
         out_keys_inv: the outside (hashed) input entries.
 
     Keyword Args:
-        hash_fn: the hash function; defaults to :meth:`reproducible_hash` (SHA-256).
-            Batches of non-tensor data (``NonTensorStack``) are hashed element-wise;
-            a tensor is hashed as a whole.
+        hash_fn: the hash function, given the plain data of a whole entry (a string,
+            a tensor, the list of a batch of strings); defaults to
+            :meth:`reproducible_hash` (SHA-256), which hashes each batch element of
+            non-tensor data (``NonTensorStack``) on its own and a tensor as a whole.
         seed: a seed mixed into the default hash.
-        use_raw_nontensor: give ``hash_fn`` plain python data.
+        use_raw_nontensor: accepted for API compatibility: ``hash_fn`` always gets plain
+            python data.
         repertoire: a dict filled with ``hash -> value`` pairs, used by
             :meth:`get_input_from_hash`.
 
@@ -660,43 +664,87 @@ class Hash(UnaryTransform):
         digest = hashlib.sha256(prefix + data).digest()
         return torch.frombuffer(bytearray(digest), dtype=torch.uint8)
 
-    def _hash_one(self, value: Any) -> torch.Tensor:
-        if self._hash_fn is not None:
-            return torch.as_tensor(self._hash_fn(value))
-        if isinstance(value, torch.Tensor):
-            value = value.detach().cpu().contiguous().numpy().tobytes()
-        elif not isinstance(value, (str, bytes, bytearray)):
-            value = repr(value)
-        return self.reproducible_hash(value, self._seed)
+    @staticmethod
+    def hash_to_repertoire_key(hash_tensor: torch.Tensor) -> tuple:
+        """The key under which the repertoire stores the input of ``hash_tensor``."""
+        return _hash_key(torch.as_tensor(hash_tensor))
 
-    def _hash(self, value: Any) -> torch.Tensor:
-        if isinstance(value, NonTensorStack):
-            value = value.tolist()
-        elif isinstance(value, NonTensorData):
-            value = value.data
-        if isinstance(value, list):
-            hashed = torch.stack([self._hash(item) for item in value])
-            return hashed
-        hashed = self._hash_one(value)
+    def _remember(self, hashed: torch.Tensor, item: Any) -> torch.Tensor:
         if self._repertoire is not None:
-            self._repertoire[_hash_key(hashed)] = value
+            self._repertoire[_hash_key(hashed)] = item
         return hashed
 
+    def _hash_item(self, item: Any) -> torch.Tensor:
+        """Hash one item (a string, bytes, a tensor, any object) with ``hash_fn`` or SHA-256."""
+        if self._hash_fn is not None:
+            return self._remember(torch.as_tensor(self._hash_fn(item)), item)
+        data = item
+        if isinstance(data, torch.Tensor):
+            data = data.detach().cpu().contiguous().numpy().tobytes()
+        elif not isinstance(data, (str, bytes, bytearray)):
+            data = repr(data)
+        return self._remember(self.reproducible_hash(data, self._seed), item)
+
+    def _hash_nested(self, items: Any, ndim: int) -> torch.Tensor:
+        if ndim == 0:
+            return self._hash_item(items)
+        return torch.stack([self._hash_nested(item, ndim - 1) for item in items])
+
+    def _hash(self, value: Any, batch_dims: int | None = None) -> torch.Tensor:
+        """Hash ``value``; the default hash treats each batch element of a stack as one item.
+
+        A custom ``hash_fn`` receives the plain data of the whole entry (a list for a
+        batch of strings). ``batch_dims`` is the batch size of the tensordict holding
+        ``value``: dims of a stack beyond it belong to the items.
+        """
+        if isinstance(value, NonTensorStack) or (
+            isinstance(value, NonTensorData) and value.batch_dims
+        ):
+            items = value.tolist()
+            if self._hash_fn is not None:
+                return self._hash_item(items)
+            ndim = value.batch_dims if batch_dims is None else min(batch_dims, value.batch_dims)
+            return self._hash_nested(items, ndim)
+        if isinstance(value, NonTensorData):
+            return self._hash_item(value.data)
+        return self._hash_item(value)
+
+    def _apply_transform(self, value: Any) -> torch.Tensor:
+        return self._hash(value)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        batch_dims = next_tensordict.batch_dims
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            value = next_tensordict.get(in_key, None)
+            if value is None:
+                if not self.missing_tolerance:
+                    raise KeyError(
+                        MISSING_KEY_ERROR.format(
+                            owner="Hash", key=in_key, keys=_key_list(next_tensordict)
+                        )
+                    )
+                continue
+            next_tensordict.set(out_key, self._hash(value, batch_dims))
+        return next_tensordict
+
     def get_input_from_hash(self, hash_tensor: torch.Tensor) -> Any:
-        """The value that produced ``hash_tensor`` (requires a repertoire)."""
+        """The value that produced ``hash_tensor`` (requires a repertoire).
+
+        A batch of hashes (one per row) gives the list of their inputs.
+        """
         if self._repertoire is None:
             raise RuntimeError(
                 "Hash.get_input_from_hash needs a repertoire: pass repertoire={} or "
                 "in_keys_inv / out_keys_inv when building the transform"
             )
+        key = self.hash_to_repertoire_key(hash_tensor)
+        if key in self._repertoire:
+            return self._repertoire[key]
         if isinstance(hash_tensor, torch.Tensor) and hash_tensor.ndim > 1:
             return [self.get_input_from_hash(row) for row in hash_tensor]
-        key = _hash_key(torch.as_tensor(hash_tensor))
-        if key not in self._repertoire:
-            raise KeyError(
-                f"Hash: no input seen for the hash {list(key)[:4]}... (not in the repertoire)"
-            )
-        return self._repertoire[key]
+        raise KeyError(
+            f"Hash: no input seen for the hash {list(key)[:4]}... (not in the repertoire)"
+        )
 
     def transform_input_spec(self, input_spec: Any) -> Any:
         """Describe the outside (hashed) input entries."""
@@ -709,4 +757,10 @@ class Hash(UnaryTransform):
             self.in_keys_inv,
             self.out_keys_inv,
             self._spec_map(input_spec.shape),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Hash(in_keys={self.in_keys}, out_keys={self.out_keys}, "
+            f"hash_fn={self._hash_fn!r}, repertoire={self._repertoire is not None})"
         )

@@ -17,6 +17,7 @@ from tdrl.envs import (
     RemoveEmptySpecs,
     RenameTransform,
     SelectTransform,
+    SerialEnv,
     StepCounter,
     TransformedEnv,
     UnaryTransform,
@@ -278,6 +279,47 @@ def test_hash_batched_nontensor_and_errors():
         Hash(["a"], ["b"]).get_input_from_hash(torch.zeros(32, dtype=torch.uint8))
     with pytest.raises(ValueError, match="together"):
         Hash(["a"], ["b"], in_keys_inv=["a"])
+
+
+def test_hash_items_follow_the_tensordict_batch():
+    hasher = Hash(["text"], ["hash"], repertoire={})
+    # in an unbatched tensordict the list is one item: one hash, its input is the list
+    single = hasher(TensorDict({"text": ["a", "b"]}, []))["hash"]
+    assert single.shape == (32,)
+    assert hasher.get_input_from_hash(single) == ["a", "b"]
+    assert hasher.hash_to_repertoire_key(single) in hasher._repertoire
+    # in a batch of 2, each string is an item
+    batched = hasher(TensorDict({"text": NonTensorStack("a", "b")}, [2]))["hash"]
+    assert torch.equal(batched[1], Hash.reproducible_hash("b"))
+
+
+def test_hash_default_on_a_batched_env_of_strings():
+    def make():
+        return TransformedEnv(
+            CountingEnv(), UnaryTransform(["observation"], ["text"], fn=lambda x: str(x.tolist()))
+        )
+
+    env = TransformedEnv(SerialEnv(2, make), Hash(["text"], ["hash"]))
+    try:
+        assert env.observation_spec["hash"].shape == (2, 32)
+        check_env_specs(env)
+        td = env.reset()
+        assert torch.equal(td["hash"][1], Hash.reproducible_hash(td["text"][1]))
+    finally:
+        env.close()
+
+
+def test_hash_custom_fn_receives_the_whole_entry():
+    seen = []
+
+    def per_item(items):
+        seen.append(items)
+        return torch.stack([Hash.reproducible_hash(item) for item in items])
+
+    hasher = Hash(["text"], ["hash"], hash_fn=per_item)
+    out = hasher(TensorDict({"text": NonTensorStack("x", "y", "z")}, [3]))
+    assert seen == [["x", "y", "z"]] and out["hash"].shape == (3, 32)
+    assert "Hash(in_keys=['text']" in repr(hasher)  # no recursion through the bound method
 
 
 def test_hash_custom_fn_spec():
