@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, unravel_key
 
+from tdrl.data import Composite
 from tdrl.envs._partial import all_true
 from tdrl.envs.transforms.transform import (
     MISSING_KEY_ERROR,
@@ -193,7 +194,9 @@ class FrameBuffers(ObservationTransform):
         )
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Map the specs of the ``in_keys`` entries that the observation spec holds."""
+        """Map the ``in_keys`` entries of a Composite, or a leaf spec (that of the entry)."""
+        if not isinstance(observation_spec, Composite):
+            return self._transform_spec(observation_spec)
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key in observation_spec.keys(True):
                 observation_spec[out_key] = self._transform_spec(observation_spec[in_key].clone())

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase
 
-from tdrl.data import Bounded
+from tdrl.data import Bounded, Composite
 from tdrl.envs.transforms.transform import (
     MISSING_KEY_ERROR,
     NestedKey,
@@ -89,7 +89,9 @@ class _ImageTransform(ObservationTransform):
         )
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Map the observation specs of the ``in_keys`` entries that it holds."""
+        """Map the ``in_keys`` entries of a Composite, or a leaf spec (that of the entry)."""
+        if not isinstance(observation_spec, Composite):
+            return self._transform_spec(observation_spec)
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key in observation_spec.keys(True):
                 observation_spec[out_key] = self._transform_spec(observation_spec[in_key].clone())

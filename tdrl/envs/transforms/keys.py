@@ -333,7 +333,18 @@ class CatTensors(ObservationTransform):
         return next_tensordict
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Replace the concatenated entries by one Unbounded spec of the summed size."""
+        """Replace the concatenated entries by one Unbounded spec of the summed size.
+
+        A leaf spec (not a Composite) is taken as the spec of the only ``in_keys`` entry.
+        """
+        if not isinstance(observation_spec, Composite):
+            if len(self.in_keys) != 1:
+                raise ValueError(
+                    f"CatTensors: a leaf spec describes one entry, expected a Composite holding "
+                    f"the {len(self.in_keys)} in_keys {self.in_keys}, got {observation_spec}"
+                )
+            out = self._prepare(observation_spec.zero())
+            return Unbounded(shape=out.shape, dtype=out.dtype, device=observation_spec.device)
         batch_ndim = len(observation_spec.shape)
         if self._lazy_keys and not self.in_keys:
             keys = [

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tdrl.data import Bounded, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs.transforms.transform import (
     NestedKey,
     ObservationTransform,
@@ -154,15 +154,25 @@ class ObservationNorm(ObservationTransform):
             RuntimeError: when the stats are already set, there is no parent env, or a
                 preceding ObservationNorm is not initialised.
         """
+        reduce_dims = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
         if cat_dim is None:
             if not isinstance(reduce_dim, int):
                 raise ValueError(
-                    f"ObservationNorm.init_stats cat_dim: expected an int when reduce_dim is "
-                    f"not an int, got cat_dim=None with reduce_dim={reduce_dim!r}"
+                    "ObservationNorm.init_stats: cat_dim must be specified if reduce_dim is not "
+                    f"an integer, got cat_dim=None with reduce_dim={reduce_dim!r}"
                 )
             cat_dim = reduce_dim
+        elif cat_dim not in reduce_dims:
+            raise ValueError(
+                "ObservationNorm.init_stats: cat_dim must be part of or equal to reduce_dim "
+                f"(rollouts are joined along a reduced dim), got cat_dim={cat_dim!r} with "
+                f"reduce_dim={reduce_dim!r}"
+            )
         if self.initialized:
-            raise RuntimeError("ObservationNorm.init_stats: loc and scale are already set")
+            raise RuntimeError(
+                "ObservationNorm.init_stats: Loc/Scale are already initialized (given to the "
+                "constructor or estimated before)"
+            )
         if key is None:
             if len(self.in_keys) != 1:
                 raise RuntimeError(
@@ -173,7 +183,8 @@ class ObservationNorm(ObservationTransform):
         parent = self.parent
         if parent is None:
             raise RuntimeError(
-                "ObservationNorm.init_stats needs the transform to be part of a TransformedEnv"
+                "ObservationNorm.init_stats: Cannot initialize the transform if parent env is not "
+                "defined; add the transform to a TransformedEnv first"
             )
         for module in parent.modules():
             if isinstance(module, ObservationNorm) and not module.initialized:
@@ -187,8 +198,7 @@ class ObservationNorm(ObservationTransform):
             collected += rollout.numel()
             data.append(rollout.get(key))
         data = torch.cat(data, cat_dim)
-        reduce = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
-        reduce = sorted(dim if dim < 0 else dim - data.ndim for dim in reduce)
+        reduce = sorted(dim if dim < 0 else dim - data.ndim for dim in reduce_dims)
         keep = [dim if dim < 0 else dim - data.ndim for dim in (keep_dims or [])]
         if any(dim not in reduce for dim in keep):
             raise ValueError(
@@ -243,15 +253,30 @@ class ObservationNorm(ObservationTransform):
         return Bounded(low, high, shape=spec.shape, device=spec.device, dtype=spec.dtype)
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Map the specs of the ``in_keys`` entries (bounds mapped when known and finite)."""
+        """Map the specs of the ``in_keys`` entries (bounds mapped when known and finite).
+
+        Entries may be observations, rewards or done entries; each must exist.
+        """
+        observations = output_spec["full_observation_spec"].keys(True)
+        others = [
+            (in_key, out_key)
+            for in_key, out_key in zip(self.in_keys, self.out_keys)
+            if in_key not in observations
+        ]
         output_spec = Transform.transform_output_spec(self, output_spec)
         return map_output_specs(
-            self, output_spec, self.in_keys, self.out_keys, self._transform_spec
+            self,
+            output_spec,
+            [in_key for in_key, _ in others],
+            [out_key for _, out_key in others],
+            self._transform_spec,
         )
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Identity: the output specs are mapped in :meth:`transform_output_spec`."""
-        return observation_spec
+        """Map the ``in_keys`` entries of a Composite, or a leaf spec (that of the entry)."""
+        if not isinstance(observation_spec, Composite):
+            return self._transform_spec(observation_spec)
+        return super().transform_observation_spec(observation_spec)
 
     def transform_input_spec(self, input_spec: Any) -> Any:
         """Give the inverse entries the spec of their outside (normalised) values."""

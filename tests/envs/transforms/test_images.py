@@ -217,3 +217,14 @@ def test_cartpole_pixel_pipeline_in_serial_env():
         check_env_specs(env)
     finally:
         env.close()
+
+
+def test_spec_hooks_take_a_leaf_spec_or_a_composite():
+    pixels = Bounded(0, 255, (16, 16, 3), dtype=torch.uint8)
+    leaf = ToTensorImage(in_keys=["pixels"]).transform_observation_spec(pixels.clone())
+    assert leaf.shape == (3, 16, 16) and bool((leaf.high == 1).all())
+    composite = Composite(a=pixels.clone(), b=pixels.clone())
+    mapped = ToTensorImage(in_keys=["a"]).transform_observation_spec(composite)
+    assert mapped["a"].shape == (3, 16, 16) and mapped["b"].shape == (16, 16, 3)
+    stacked = CatFrames(2, dim=-3, in_keys=["a"]).transform_observation_spec(leaf)
+    assert stacked.shape == (6, 16, 16)

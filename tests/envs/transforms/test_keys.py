@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from tdrl.data import Composite, NonTensor, Unbounded
+from tdrl.data import Bounded, Composite, NonTensor, Unbounded
 from tdrl.envs import (
     CatTensors,
     Compose,
@@ -239,6 +239,13 @@ def test_unary_raw_nontensor_and_errors():
     assert t(TensorDict({"s": "hello"}, []))["n"] == 5
     with pytest.raises(TypeError, match="callable"):
         UnaryTransform(["a"], ["b"], fn=3)
+
+
+def test_cat_tensors_spec_hook_on_a_leaf_spec():
+    single = CatTensors(["x"], "x_out", dim=-2, unsqueeze_if_oor=True)
+    assert single.transform_observation_spec(Bounded(0.0, 1.0, (1, 4, 32))).shape == (1, 4, 32)
+    with pytest.raises(ValueError, match="leaf spec describes one entry"):
+        CatTensors(["x", "y"], "xy").transform_observation_spec(Bounded(0.0, 1.0, (3,)))
 
 
 # ------------------------------------------------------------------ hash

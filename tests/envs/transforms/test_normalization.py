@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     Compose,
     FiniteTensorDictCheck,
@@ -83,7 +83,7 @@ def test_observation_norm_init_stats(pendulum):
     assert norm.initialized and norm.loc.shape == (3,) and norm.scale.shape == (3,)
     assert isinstance(env.observation_spec["observation"], Bounded)
     check_env_specs(env)
-    with pytest.raises(RuntimeError, match="already set"):
+    with pytest.raises(RuntimeError, match="already initialized"):
         norm.init_stats(10)
 
 
@@ -108,6 +108,35 @@ def test_observation_norm_init_stats_errors():
         second.init_stats(10)
     with pytest.raises(RuntimeError, match="key"):
         ObservationNorm(in_keys=["a", "b"]).init_stats(10)
+    # arguments are checked first, whatever the state of the transform
+    given = ObservationNorm(loc=0.0, scale=1.0)
+    with pytest.raises(ValueError, match="cat_dim must be part of or equal to reduce_dim"):
+        given.init_stats(10, cat_dim=1)
+    with pytest.raises(
+        ValueError, match="cat_dim must be part of.*cat_dim=2 with reduce_dim=\\(0, 1\\)"
+    ):
+        given.init_stats(10, cat_dim=2, reduce_dim=(0, 1))
+    with pytest.raises(
+        ValueError, match="cat_dim must be specified if reduce_dim is not an integer"
+    ):
+        given.init_stats(10, reduce_dim=(0, 1))
+
+
+def test_observation_norm_maps_leaf_and_composite_specs():
+    norm = ObservationNorm(loc=1.0, scale=2.0, in_keys=["x"], standard_normal=True)
+    leaf = norm.transform_observation_spec(Bounded(0.0, 1.0, (3,)))
+    assert leaf.low.tolist() == [-0.5] * 3 and leaf.high.tolist() == [0.0] * 3
+    composite = norm.transform_observation_spec(
+        Composite(x=Bounded(0.0, 1.0, (3,)), y=Bounded(0.0, 1.0, (3,)))
+    )
+    assert composite["x"].low.tolist() == [-0.5] * 3
+    assert composite["y"].low.tolist() == [0.0] * 3  # not an in_key
+    # in an env, the entry may be a reward as well as an observation
+    env = TransformedEnv(
+        CountingEnv(), ObservationNorm(loc=1.0, scale=2.0, in_keys=["observation", "reward"])
+    )
+    assert isinstance(env.full_reward_spec["reward"], Unbounded)
+    check_env_specs(env)
 
 
 def test_observation_norm_clones_share_initialised_stats():
