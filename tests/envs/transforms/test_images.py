@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Composite, Unbounded
+from tdrl.data import Bounded, Composite, LazyTensorStorage, ReplayBuffer, Unbounded
 from tdrl.envs import (
     CatFrames,
     CenterCrop,
@@ -140,6 +140,37 @@ def test_resize_env_output_stays_in_spec():
     ones = TensorDict({"pixels": torch.full((40, 40, 3), 255, dtype=torch.uint8)}, [])
     out = env.transform._reset(ones.empty(), ones)["pixels"]
     assert out.max() <= 1.0  # antialiasing rounding is clamped to the spec bounds
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_resize_same_values_in_env_and_replay_buffer(mode):
+    # a sharp edge makes bicubic overshoot; a constant image makes antialiasing round up
+    env = TransformedEnv(ImageEnv(40, 40), Compose(ToTensorImage(), Resize(7, 9, mode)))
+    check_env_specs(env)
+    rollout = env.rollout(4)
+    edge = torch.zeros(40, 40, 3, dtype=torch.uint8)
+    edge[:, 20:] = 255
+    frames = [edge, torch.full((40, 40, 3), 255, dtype=torch.uint8)]
+    in_env = [
+        env.transform._reset(TensorDict(), TensorDict({"pixels": f}, []))["pixels"] for f in frames
+    ]
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), transform=Compose(ToTensorImage(), Resize(7, 9, mode))
+    )
+    rb.extend(TensorDict({"pixels": torch.stack(frames)}, [2]))
+    from_buffer = rb[:]["pixels"]
+    for index, expected in enumerate(in_env):
+        assert torch.equal(from_buffer[index], expected)
+        assert 0.0 <= expected.min() and expected.max() <= 1.0
+    raw = F.interpolate(
+        ToTensorImage()(TensorDict({"p": edge}, []).rename_key_("p", "pixels"))["pixels"][None],
+        size=(7, 9),
+        mode=mode,
+        antialias=True,
+    )
+    if mode == "bicubic":
+        assert raw.max() > 1.0  # the overshoot the clamp removes
+    assert rollout["next", "pixels"].shape == (4, 3, 7, 9)
 
 
 # ------------------------------------------------------------------ crops
