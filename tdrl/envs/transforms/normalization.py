@@ -10,9 +10,11 @@ from torch import nn
 
 from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs.transforms.transform import (
+    OUTPUT_ENTRIES,
     NestedKey,
     ObservationTransform,
     Transform,
+    locate_spec,
     map_input_specs,
     map_output_specs,
 )
@@ -255,13 +257,16 @@ class ObservationNorm(ObservationTransform):
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Map the specs of the ``in_keys`` entries (bounds mapped when known and finite).
 
-        Entries may be observations, rewards or done entries; each must exist.
+        Entries may be observations, rewards or done entries. Keys the env does not
+        declare are left out of the specs (the data must then hold them, or the
+        transform raises a ``KeyError`` naming them when it meets data without them).
         """
         observations = output_spec["full_observation_spec"].keys(True)
         others = [
             (in_key, out_key)
             for in_key, out_key in zip(self.in_keys, self.out_keys)
             if in_key not in observations
+            and locate_spec(output_spec, OUTPUT_ENTRIES, in_key) is not None
         ]
         output_spec = Transform.transform_output_spec(self, output_spec)
         return map_output_specs(

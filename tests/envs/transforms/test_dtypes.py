@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Composite, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     DeviceCastTransform,
     DoubleToFloat,
@@ -72,6 +72,33 @@ def test_double_to_float_all_keys_on_data():
     )
     out = DoubleToFloat()(td)
     assert out["a"].dtype == torch.float32 and out["b"].dtype == torch.int64
+
+
+def test_double_to_float_without_keys_inverts_every_float_entry_of_data():
+    # no keys and no env: the inverse casts every float32 entry back to float64
+    td = TensorDict({"a": torch.zeros(1), "n": torch.zeros(1, dtype=torch.int64)}, [])
+    back = DoubleToFloat().inv(td)
+    assert back["a"].dtype == torch.float64 and back["n"].dtype == torch.int64
+    assert td["a"].dtype == torch.float32  # the input is left as it was
+    # in an env, the keys come from the specs: float32 inputs the env does not expect in
+    # float64 are left alone
+    env = TransformedEnv(CountingEnv(), DoubleToFloat())
+    assert env.transform.in_keys_inv == []
+    assert env.transform.inv(TensorDict({"action": torch.zeros(1)}, []))["action"].dtype == (
+        torch.float32
+    )
+
+
+def test_double_to_float_observation_spec_hook():
+    spec = Composite(
+        a=Bounded(0.0, 1.0, (3,), dtype=torch.float64), b=Unbounded((2,), dtype=torch.float64)
+    )
+    keyed = DoubleToFloat(in_keys=["a"]).transform_observation_spec(spec.clone())
+    assert keyed["a"].dtype == torch.float32 and keyed["b"].dtype == torch.float64
+    every = DoubleToFloat().transform_observation_spec(spec.clone())
+    assert every["a"].dtype == every["b"].dtype == torch.float32
+    leaf = DoubleToFloat(in_keys=["a"]).transform_observation_spec(spec["a"].clone())
+    assert leaf.dtype == torch.float32 and isinstance(leaf, Bounded)
 
 
 def test_dtype_cast_on_gym(pendulum):

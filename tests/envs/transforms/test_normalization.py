@@ -139,6 +139,17 @@ def test_observation_norm_maps_leaf_and_composite_specs():
     check_env_specs(env)
 
 
+def test_observation_norm_keys_the_env_lacks():
+    norm = ObservationNorm(in_keys=["observation", "extra"], standard_normal=True)
+    env = TransformedEnv(CountingEnv(max_steps=100), norm)
+    assert "extra" not in env.observation_spec.keys()
+    torch.manual_seed(0)
+    norm.init_stats(12, key="observation")
+    assert norm.loc.shape == (4,)
+    with pytest.raises(KeyError, match="'extra'"):
+        env.rollout(2)
+
+
 def test_observation_norm_clones_share_initialised_stats():
     norm = ObservationNorm(in_keys=["observation"])
     clone = norm.clone()
