@@ -389,6 +389,17 @@ def _drop_empty(spec: Any) -> Any:
     return spec
 
 
+def _empty_leaves(spec: Any, prefix: tuple = ()) -> list:
+    """Nested keys of the empty Composites of ``spec`` that hold no Composite either."""
+    keys = []
+    for key in spec.keys():
+        value = spec[key]
+        if isinstance(value, Composite) and value.is_empty(recurse=True):
+            deeper = _empty_leaves(value, (*prefix, key))
+            keys.extend(deeper or [(*prefix, key)])
+    return keys
+
+
 def _drop_empty_data(tensordict: TensorDictBase) -> TensorDictBase:
     for key in list(tensordict.keys()):
         value = tensordict.get(key)
@@ -461,11 +472,7 @@ class RemoveEmptySpecs(Transform):
 
     def transform_state_spec(self, state_spec: Any) -> Any:
         """Drop empty sub-Composites, remembering them for the inverse path."""
-        self._empty_state_keys = [
-            key
-            for key in state_spec.keys()
-            if isinstance(state_spec[key], Composite) and state_spec[key].is_empty(recurse=True)
-        ]
+        self._empty_state_keys = _empty_leaves(state_spec)
         return _drop_empty(state_spec)
 
     def transform_action_spec(self, action_spec: Any) -> Any:

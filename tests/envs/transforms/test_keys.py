@@ -203,6 +203,14 @@ def test_remove_empty_specs_and_data():
     assert list(keyed(td.clone()).keys()) == ["b"]
 
 
+def test_remove_empty_specs_rebuilds_nested_empty_state_on_the_way_in():
+    transform = RemoveEmptySpecs()
+    state = Composite(state=Composite(sub=Composite(), deeper=Composite(leaf=Composite())))
+    assert transform.transform_state_spec(state).is_empty()
+    rebuilt = transform.inv(TensorDict())
+    assert {("state", "sub"), ("state", "deeper", "leaf")} <= set(rebuilt.keys(True))
+
+
 # ----------------------------------------------------------------- unary
 def test_unary_tensor_and_inverse(pendulum):
     env = TransformedEnv(
