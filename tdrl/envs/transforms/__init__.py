@@ -18,11 +18,9 @@ from tdrl.envs.transforms.images import CenterCrop, Crop, GrayScale, Resize, ToT
 from tdrl.envs.transforms.keys import (
     CatTensors,
     ExcludeTransform,
-    Hash,
     RemoveEmptySpecs,
     RenameTransform,
     SelectTransform,
-    UnaryTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
 from tdrl.envs.transforms.normalization import ObservationNorm
@@ -65,6 +63,7 @@ from tdrl.envs.transforms.shapes import (
 from tdrl.envs.transforms.stack import Stack
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
+from tdrl.envs.transforms.unary import Hash, UnaryTransform
 from tdrl.envs.transforms.vecnorm import VecNorm
 from tdrl.envs.transforms.vecnorm_v2 import VecNormV2
 
