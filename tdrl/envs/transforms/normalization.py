@@ -178,8 +178,8 @@ class ObservationNorm(ObservationTransform):
         if key is None:
             if len(self.in_keys) != 1:
                 raise RuntimeError(
-                    f"ObservationNorm.init_stats key: expected a key with several in_keys "
-                    f"{self.in_keys}, got None"
+                    "ObservationNorm.init_stats: Transform has multiple in_keys but no specific "
+                    f"key was passed as an argument; pass key= (one of {self.in_keys})"
                 )
             key = self.in_keys[0]
         parent = self.parent

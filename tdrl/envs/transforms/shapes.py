@@ -253,8 +253,8 @@ class PermuteTransform(_ShapeTransform):
         dims = [int(d) for d in dims]
         if sorted(dims) != list(range(-len(dims), 0)):
             raise ValueError(
-                "PermuteTransform dims: expected a permutation of "
-                f"{list(range(-len(dims), 0))}, got {dims}"
+                "PermuteTransform dims: Only tailing dims with negative indices can be permuted: "
+                f"expected a permutation of {list(range(-len(dims), 0))}, got {dims}"
             )
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.dims = dims
