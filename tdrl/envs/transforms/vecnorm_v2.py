@@ -150,7 +150,7 @@ class VecNormV2(LockedStats):
         return shape, shape[:batch_ndim]
 
     def _initialize(self, entries: dict, batch_ndim: int) -> None:
-        """Allocate zero statistics for ``{key: (shape, dtype, device)}``."""
+        """Allocate zero statistics for ``{key: (shape, dtype, device)}`` (added to existing ones)."""
         loc, var, count = {}, {}, {}
         for key, (shape, dtype, device) in entries.items():
             stat_shape, count_shape = self._stats_shapes(shape, batch_ndim)
@@ -158,7 +158,12 @@ class VecNormV2(LockedStats):
             loc[key] = torch.zeros(stat_shape, dtype=dtype, device=device)
             var[key] = torch.zeros(stat_shape, dtype=dtype, device=device)
             count[key] = torch.zeros(count_shape, dtype=torch.int64, device=device)
-        self._adopt(TensorDict({"loc": loc, "var": var, "count": count}, []))
+        new = TensorDict({"loc": loc, "var": var, "count": count}, [])
+        if self.initialized:
+            for name in STATS:
+                self.__dict__["_" + name].update(new.get(name))
+            return
+        self._adopt(new)
 
     def _scale(self, var: torch.Tensor) -> torch.Tensor:
         return var.clamp_min(0).sqrt().clamp_min(self.eps)
@@ -232,12 +237,14 @@ class VecNormV2(LockedStats):
     def _normalize_stateful(
         self, tensordict: TensorDictBase, out: TensorDictBase, mask: Any, tolerant: bool
     ) -> TensorDictBase:
-        if not self.initialized:
-            entries = {}
-            for key in self.in_keys:
-                value = out.get(key, None)
-                if value is not None:
-                    entries[key] = (value.shape, value.dtype, value.device)
+        known = () if not self.initialized else self.__dict__["_loc"].keys(True, True)
+        entries = {}
+        for key in self.in_keys:
+            value = out.get(key, None)
+            if value is not None and key not in known:
+                entries[key] = (value.shape, value.dtype, value.device)
+        if entries:
+            # statistics of entries seen for the first time (all of them without an env)
             self._initialize(entries, out.batch_dims)
         stats = [self.__dict__["_" + name] for name in STATS]
         with self.__dict__["lock"]:

@@ -191,3 +191,14 @@ def test_shape_mismatch_names_the_key():
     transform._step(TensorDict(), TensorDict({"x": torch.zeros(2, 3)}, [2]))
     with pytest.raises(ValueError, match="entry 'x' of shape \\(2, 4\\)"):
         transform._step(TensorDict(), TensorDict({"x": torch.zeros(2, 4)}, [2]))
+
+
+def test_entries_first_seen_later_get_their_statistics():
+    transform = VecNormV2(in_keys=["observation", "reward"], reduce_batch_dims=True)
+    transform._reset(TensorDict(), TensorDict({"observation": torch.randn(2, 3)}, [2]))
+    assert transform._count["observation"].item() == 2 and "reward" not in transform._count.keys()
+    transform._step(
+        TensorDict(),
+        TensorDict({"observation": torch.randn(2, 3), "reward": torch.ones(2, 1)}, [2]),
+    )
+    assert transform._count["reward"].item() == 2 and transform._count["observation"].item() == 4
