@@ -242,13 +242,14 @@ class CatFrames(FrameBuffers):
         last = tensordict.batch_dims - 1
         shape = tensordict.batch_size
         shape = torch.Size([*shape[:tdim], *shape[tdim + 1 :], shape[tdim]])
-        offsets = window_offsets(self.N, self.future, tensordict.device)
-        wanted = torch.arange(shape[-1], device=offsets.device).unsqueeze(-1) + offsets
+        device = next(value for value in originals.values() if value is not None).device
+        offsets = window_offsets(self.N, self.future, device)
+        wanted = torch.arange(shape[-1], device=device).unsqueeze(-1) + offsets
         if self.future:
-            padded = wanted > episode_ends(done, shape, offsets.device).unsqueeze(-1)
+            padded = wanted > episode_ends(done, shape, device).unsqueeze(-1)
             start = None
         else:
-            start = episode_starts(done, shape, offsets.device).unsqueeze(-1)
+            start = episode_starts(done, shape, device).unsqueeze(-1)
             padded = wanted < start
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             data = originals[in_key]
@@ -519,7 +520,9 @@ class TimeMaxPool(FrameBuffers):
         done = done_along_time(tensordict, self.done_key, tdim)
         shape = tensordict.batch_size
         shape = torch.Size([*shape[:tdim], *shape[tdim + 1 :], shape[tdim]])
-        start = episode_starts(done, shape, tensordict.device).unsqueeze(-1)
+        values = [tensordict.get(key, None) for key in self.in_keys]
+        device = next((value.device for value in values if value is not None), tensordict.device)
+        start = episode_starts(done, shape, device).unsqueeze(-1)
         wanted = torch.arange(shape[-1], device=start.device).unsqueeze(-1) + window_offsets(
             self.T, False, start.device
         )
