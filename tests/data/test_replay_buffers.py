@@ -271,6 +271,18 @@ def test_transforms_forward_on_sample_inv_on_extend():
     assert rb2[1] == 30
 
 
+def test_insert_transform_out_of_range_and_forward_probe():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.append_transform(_AddOne())
+    with pytest.raises(ValueError, match=r"expected a position in \[-1, 1\].*got 5"):
+        rb.insert_transform(5, _AddOne())
+    rb.extend(torch.tensor([1, 2]))
+    calls = []
+    rb.transform.forward = lambda data: calls.append(data) or data
+    rb.sample(2)
+    assert len(calls) == 1  # sampled data go through the sequence's forward
+
+
 def test_module_transform_on_tensordict():
     class Scale(torch.nn.Module):
         def forward(self, td):

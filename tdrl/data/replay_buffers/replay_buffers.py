@@ -70,13 +70,24 @@ class _TransformSequence:
         self._changed()
 
     def insert(self, index: int, transform: Any) -> None:
+        if not -len(self._transforms) <= index <= len(self._transforms):
+            raise ValueError(
+                f"insert_transform index: expected a position in [{-len(self._transforms)}, "
+                f"{len(self._transforms)}] (the buffer has {len(self._transforms)} transforms), "
+                f"got {index}"
+            )
         self._transforms.insert(index, transform)
         self._changed()
 
-    def __call__(self, data: Any) -> Any:
+    def forward(self, data: Any) -> Any:
+        """Apply the transforms, in order, to sampled data."""
         for transform in self._transforms:
             data = transform(data)
         return data
+
+    def __call__(self, data: Any) -> Any:
+        # through the instance attribute, so that a replaced ``forward`` (a probe) is used
+        return self.forward(data)
 
     def inv(self, data: Any) -> Any:
         for transform in reversed(self._transforms):

@@ -18,20 +18,22 @@ from tdrl.envs.transforms.images import CenterCrop, Crop, GrayScale, Resize, ToT
 from tdrl.envs.transforms.keys import (
     CatTensors,
     ExcludeTransform,
-    Hash,
     RemoveEmptySpecs,
     RenameTransform,
     SelectTransform,
-    UnaryTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
-from tdrl.envs.transforms.normalization import ObservationNorm, VecNorm
+from tdrl.envs.transforms.normalization import ObservationNorm
 from tdrl.envs.transforms.projections import (
     ActionDiscretizer,
     DiscreteActionProjection,
     gSDENoise,
 )
-from tdrl.envs.transforms.rb_transforms import MultiStepTransform
+from tdrl.envs.transforms.rb_transforms import (
+    MultiStepTransform,
+    NextStateReconstructor,
+    PolicyAgeFilter,
+)
 from tdrl.envs.transforms.resets import (
     AutoResetTransform,
     ConditionalSkip,
@@ -58,8 +60,12 @@ from tdrl.envs.transforms.shapes import (
     SqueezeTransform,
     UnsqueezeTransform,
 )
+from tdrl.envs.transforms.stack import Stack
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
+from tdrl.envs.transforms.unary import Hash, UnaryTransform
+from tdrl.envs.transforms.vecnorm import VecNorm
+from tdrl.envs.transforms.vecnorm_v2 import VecNormV2
 
 __all__ = [
     "ActionDiscretizer",
@@ -92,14 +98,17 @@ __all__ = [
     "Hash",
     "InitTracker",
     "MultiStepTransform",
+    "NextStateReconstructor",
     "NoopResetEnv",
     "ObservationTransform",
     "PermuteTransform",
     "PinMemoryTransform",
+    "PolicyAgeFilter",
     "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
     "SqueezeTransform",
+    "Stack",
     "StepCounter",
     "TensorDictPrimer",
     "TrajCounter",
@@ -120,4 +129,5 @@ __all__ = [
     "SignTransform",
     "TargetReturn",
     "VecNorm",
+    "VecNormV2",
 ]

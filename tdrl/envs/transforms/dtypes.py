@@ -8,11 +8,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.data import Composite
 from tdrl.envs.transforms.transform import (
     INPUT_ENTRIES,
     OUTPUT_ENTRIES,
     NestedKey,
     Transform,
+    _unlocked_clone,
     map_input_specs,
     map_output_specs,
 )
@@ -87,14 +89,27 @@ class DTypeCastTransform(Transform):
     def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return value.to(self.dtype_in)
 
+    @staticmethod
+    def _cast_all(tensordict: TensorDictBase, source: torch.dtype, target: torch.dtype) -> Any:
+        for key, value in list(tensordict.items(True, True)):
+            if isinstance(value, torch.Tensor) and value.dtype == source:
+                tensordict.set(key, value.to(target))
+        return tensordict
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Cast the ``in_keys`` entries (every ``dtype_in`` entry when none were given)."""
-        if self._lazy_keys and not self.in_keys:
-            for key, value in list(tensordict.items(True, True)):
-                if isinstance(value, torch.Tensor) and value.dtype == self.dtype_in:
-                    tensordict.set(key, value.to(self.dtype_out))
-            return tensordict
+        if self._lazy_keys and not self.__dict__.get("_keys_resolved"):
+            return self._cast_all(tensordict, self.dtype_in, self.dtype_out)
         return self._call(tensordict)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._lazy_inv_keys and not self.__dict__.get("_inv_keys_resolved"):
+            # no keys and no env specs to read them from: every dtype_out entry goes back
+            return self._cast_all(tensordict, self.dtype_out, self.dtype_in)
+        return super()._inv_call(tensordict)
+
+    def _needs_inverse(self) -> bool:
+        return self._lazy_inv_keys or bool(self.in_keys_inv)
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
@@ -110,21 +125,40 @@ class DTypeCastTransform(Transform):
         return spec.to(self.dtype_out)
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Cast the specs of the ``in_keys`` entries."""
-        output_spec = super().transform_output_spec(output_spec)
+        """Cast the specs of the ``in_keys`` entries (observations, rewards or done entries)."""
+        output_spec = _unlocked_clone(output_spec)
         if self._lazy_keys:
             self.in_keys = [
                 key
                 for key in _keys_of_dtype(output_spec, OUTPUT_ENTRIES, self.dtype_in)
                 if not (isinstance(key, str) and key in ("done", "terminated", "truncated"))
             ]
+            self.__dict__["_keys_resolved"] = True
         return map_output_specs(self, output_spec, self.in_keys, self.out_keys, self._cast_spec)
+
+    def transform_observation_spec(self, observation_spec: Any) -> Any:
+        """Cast the ``in_keys`` entries of a Composite (every ``dtype_in`` one without keys).
+
+        A leaf spec (not a Composite) is cast as the spec of the entry.
+        """
+        if not isinstance(observation_spec, Composite):
+            return self._cast_spec(observation_spec)
+        keys = self.in_keys
+        out_keys = self.out_keys
+        if self._lazy_keys and not keys:
+            keys = [k for k, v in observation_spec.items(True, True) if v.dtype == self.dtype_in]
+            out_keys = keys
+        for in_key, out_key in zip(keys, out_keys):
+            if in_key in observation_spec.keys(True, True):
+                observation_spec[out_key] = self._cast_spec(observation_spec[in_key])
+        return observation_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
         """Give the ``in_keys_inv`` entries their outside dtype."""
         input_spec = super().transform_input_spec(input_spec)
         if self._lazy_inv_keys:
             self.in_keys_inv = _keys_of_dtype(input_spec, INPUT_ENTRIES, self.dtype_in)
+            self.__dict__["_inv_keys_resolved"] = True
         return map_input_specs(
             self, input_spec, self.in_keys_inv, self.out_keys_inv, self._cast_spec
         )
@@ -171,11 +205,20 @@ class DoubleToFloat(DTypeCastTransform):
         )
 
 
+def _mixed(tensordict: TensorDictBase, moved_to: torch.device | None) -> TensorDictBase:
+    """Drop the device of ``tensordict`` when some of its entries moved to another one."""
+    if moved_to is not None and tensordict.device is not None and tensordict.device != moved_to:
+        tensordict.clear_device_()
+    return tensordict
+
+
 class DeviceCastTransform(Transform):
     """Moves data to ``device`` (and inputs back to the base env's device).
 
     Without keys, whole tensordicts move and the transformed env reports ``device``
-    as its device; with keys, only those entries move.
+    as its device; with keys, only those entries move, and tensordicts (and the env)
+    that then hold entries on several devices have no device (``None``). On the
+    inverse path, entries the data lack are skipped.
 
     Args:
         device: the destination device.
@@ -221,7 +264,7 @@ class DeviceCastTransform(Transform):
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self._whole:
             return next_tensordict.to(self.device, non_blocking=True)
-        return super()._call(next_tensordict)
+        return _mixed(super()._call(next_tensordict), self.device)
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
@@ -233,7 +276,12 @@ class DeviceCastTransform(Transform):
             if self.orig_device is None:
                 return tensordict.clear_device_()
             return tensordict.to(self.orig_device, non_blocking=True)
-        return super()._inv_call(tensordict)
+        # entries the data lack have nothing to move (resets carry no action, for instance)
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            value = tensordict.get(out_key, None)
+            if value is not None:
+                tensordict.set(in_key, self._inv_apply_transform(value))
+        return _mixed(tensordict, self.orig_device)
 
     def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
         if tensordict is None:
@@ -244,10 +292,12 @@ class DeviceCastTransform(Transform):
         return self._whole or bool(self.in_keys_inv)
 
     def transform_env_device(self, device: torch.device | None) -> torch.device | None:
-        """The destination device when whole tensordicts move, else unchanged."""
+        """The destination device when whole tensordicts move; None when only some entries do."""
         if self.orig_device is None:
             self.orig_device = device
-        return self.device if self._whole else device
+        if self._whole:
+            return self.device
+        return device if device == self.device else None
 
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Move the output specs (or the ``in_keys`` ones) to ``device``."""

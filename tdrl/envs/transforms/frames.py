@@ -1,14 +1,12 @@
 """Frame stacks and pools over time: :class:`CatFrames` and :class:`TimeMaxPool`.
 
-Both keep the last frames of each env of the batch in tensors registered as
-buffers. The buffers are updated in place, so clones of a transform (which share
-their buffers) see the same frames. A reset refills only the envs whose
-``"_reset"`` entry is True, so partial resets of batched envs leave the other
-envs' frames alone.
+In an env, CatFrames keeps the last ``N`` frames of each env of the batch in buffers
+(see :mod:`tdrl.envs.transforms._frame_buffers`) and refills them at reset.
 
-On data that does not come from an env (replay buffer samples, whose last batch
-dim is time), the same windows are built from the sequence itself, without
-crossing trajectory boundaries (read from the ``("next", done_key)`` entry).
+On data that does not come from an env (replay buffer samples, ``transform(td)``),
+:meth:`CatFrames.unfolding` builds the same stacks from the sequence itself, without
+crossing trajectory boundaries (read from the ``("next", done_key)`` entry); the
+windows can also look forward (``future=True``) and come with a padding mask.
 """
 
 from __future__ import annotations
@@ -20,217 +18,58 @@ import torch
 from tensordict import TensorDictBase, unravel_key
 
 from tdrl.data import Bounded
-from tdrl.envs._partial import all_true
-from tdrl.envs.transforms.transform import (
-    MISSING_KEY_ERROR,
-    NestedKey,
-    ObservationTransform,
-    _key_list,
-    _unlocked_clone,
-    map_output_specs,
+from tdrl.data.replay_buffers import SliceSampler
+from tdrl.envs.transforms._frame_buffers import (
+    NOT_RESET_ERROR,
+    FrameBuffers,
+    as_tuple,
+    done_along_time,
+    episode_ends,
+    episode_starts,
+    time_dim,
 )
+from tdrl.envs.transforms.functional import (
+    PADDINGS,
+    gather_windows,
+    merge_windows,
+    stack_windows,
+    window_offsets,
+)
+from tdrl.envs.transforms.transform import NestedKey, Transform
 
 __all__ = ["CatFrames", "TimeMaxPool"]
 
-PADDINGS = ("same", "constant")
-NOT_RESET_ERROR = (
-    "{owner}: the frame buffer of {key!r} has shape {buffer}, which does not fit an "
-    "observation of shape {obs}; reset the env before stepping it"
+INVERSE_IN_ENV_ERROR = (
+    "CatFrames as inverse is not supported as a transform for environments, only for replay "
+    "buffers: as_inverse=True stacks the frames of the data written to a buffer"
 )
-ENV_ONLY_ERROR = "{owner}: {what}"
+OFFLINE_ONLY_ERROR = (
+    "CatFrames with {what} builds windows from whole trajectories and works offline only "
+    "(replay buffer data, transform(td)); it cannot run in an environment"
+)
+NO_DONE_ERROR = (
+    "CatFrames: history windows need the {key!r} entry to delimit trajectories in sequence "
+    "data, got keys {keys}; pass done_key= to read another entry"
+)
+FUTURE_NEXT_ERROR = (
+    "CatFrames: future=True cannot stack both {root!r} and {next!r}: the stacking of a "
+    "('next', key) entry after its root entry is implemented for history windows only"
+)
 
 
-def _as_tuple(key: NestedKey) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
-
-
-def _reset_key_for(done_spec: Any) -> NestedKey:
-    """The ``"_reset"`` key next to the done entries (the root one when there are several)."""
-    prefixes = {
-        _as_tuple(key)[:-1]
-        for key in done_spec.keys(True, True)
-        if _as_tuple(key)[-1] in ("done", "terminated", "truncated")
-    }
-    if len(prefixes) == 1:
-        (prefix,) = prefixes
-        return unravel_key((*prefix, "_reset"))
-    return "_reset"
-
-
-def _batch_mask(reset: torch.Tensor | None, batch_shape: torch.Size) -> torch.Tensor | None:
-    """The ``"_reset"`` entry reduced to the batch shape; None means "reset everything"."""
-    if reset is None:
-        return None
-    ndim = len(batch_shape)
-    if reset.ndim > ndim:
-        reset = reset.reshape(*batch_shape, -1).any(-1)
-    elif reset.shape != batch_shape:
-        reset = reset.expand(batch_shape)
-    if all_true(reset):
-        return None
-    return reset
-
-
-def _broadcast(mask: torch.Tensor, ndim: int) -> torch.Tensor:
-    return mask.reshape(*mask.shape, *(1,) * (ndim - mask.ndim))
-
-
-def _episode_starts(tensordict: TensorDictBase, done_key: NestedKey) -> torch.Tensor:
-    """Index of the first step of the trajectory each step belongs to, shape ``[*B, T]``."""
-    shape = tensordict.batch_size
-    steps = torch.arange(shape[-1], device=tensordict.device)
-    done = tensordict.get(("next", *_as_tuple(done_key)), None)
-    if done is None:
-        return torch.zeros(shape, dtype=torch.long, device=steps.device)
-    done = done.reshape(*shape, -1).any(-1)
-    first = torch.zeros_like(done)
-    first[..., 0] = True
-    first[..., 1:] = done[..., :-1]
-    marks = torch.where(first, steps.to(done.device), 0)
-    return marks.cummax(-1).values
-
-
-def _episode_windows(
-    tensordict: TensorDictBase, done_key: NestedKey, size: int, owner: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last ``size`` time indices of each step, and its episode start, for sequence data.
-
-    Returns ``wanted`` (``[*B, T, size]``, may run before the episode start) and ``start``
-    (``[*B, T]``, from :func:`_episode_starts`). Time is the last batch dim.
-    """
-    if tensordict.batch_dims == 0:
-        raise ValueError(
-            f"{owner}: expected data whose last batch dim is time, got a tensordict "
-            "with batch size ()"
-        )
-    start = _episode_starts(tensordict, done_key)
-    steps = torch.arange(tensordict.shape[-1], device=start.device)
-    offsets = torch.arange(1 - size, 1, device=start.device)
-    wanted = (steps.unsqueeze(-1) + offsets).expand(*start.shape, size)
-    return wanted, start
-
-
-def _windows(data: torch.Tensor, positions: torch.Tensor, batch_ndim: int) -> torch.Tensor:
-    """``data[..., positions[..., t, k], ...]`` along the time dim (the last batch dim).
-
-    ``data`` has shape ``[*B, T, *F]`` and ``positions`` ``[*B, T, K]``; the result
-    has shape ``[*B, T, K, *F]``.
-    """
-    lead = data.shape[: batch_ndim - 1]
-    steps = data.shape[batch_ndim - 1]
-    features = data.shape[batch_ndim:]
-    flat = data.reshape(-1, steps, *features)
-    index = positions.reshape(flat.shape[0], steps, -1)
-    rows = torch.arange(flat.shape[0], device=data.device).view(-1, 1, 1)
-    out = flat[rows, index]
-    return out.reshape(*lead, steps, index.shape[-1], *features)
-
-
-class _FrameBuffers(ObservationTransform):
-    """Buffers (one per ``in_keys`` entry) shared by clones and materialized at reset."""
-
-    def _init_buffers(self) -> None:
-        for i in range(len(self.in_keys)):
-            self.register_buffer(f"_frames_{i}", torch.empty(0))
-
-    def _buffer(self, index: int) -> torch.Tensor:
-        return self._buffers[f"_frames_{index}"]
-
-    @staticmethod
-    def _store(buffer: torch.Tensor, value: torch.Tensor) -> None:
-        """Write ``value`` into ``buffer`` in place (re-shaping it when needed)."""
-        if (
-            buffer.shape == value.shape
-            and buffer.dtype == value.dtype
-            and buffer.device == value.device
-        ):
-            buffer.copy_(value)
-        else:
-            buffer.data = value.clone()
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict,
-        prefix: str,
-        local_metadata: dict,
-        strict: bool,
-        missing_keys: list,
-        unexpected_keys: list,
-        error_msgs: list,
-    ) -> None:
-        for name, buffer in self._buffers.items():
-            loaded = state_dict.get(prefix + name)
-            if isinstance(loaded, torch.Tensor) and loaded.shape != buffer.shape:
-                buffer.data = torch.empty_like(loaded, device=buffer.device)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-
-    def _resolve_reset_key(self, output_spec: Any) -> None:
-        if self.reset_key is None and "full_done_spec" in output_spec.keys():
-            self._reset_key = _reset_key_for(output_spec["full_done_spec"])
-
-    def transform_output_spec(self, output_spec: Any) -> Any:
-        """Map the specs of the ``in_keys`` entries (which must exist)."""
-        output_spec = _unlocked_clone(output_spec)
-        self._resolve_reset_key(output_spec)
-        return map_output_specs(
-            self, output_spec, self.in_keys, self.out_keys, self._transform_spec
-        )
-
-    def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Map the specs of the ``in_keys`` entries that the observation spec holds."""
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            if in_key in observation_spec.keys(True):
-                observation_spec[out_key] = self._transform_spec(observation_spec[in_key].clone())
-        return observation_spec
-
-    def _fresh(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _missing(self, key: NestedKey, tensordict: TensorDictBase) -> None:
-        if not self.missing_tolerance:
-            raise KeyError(
-                MISSING_KEY_ERROR.format(
-                    owner=type(self).__name__, key=key, keys=_key_list(tensordict)
-                )
-            )
-
-    def _reset(
-        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
-    ) -> TensorDictBase:
-        reset = tensordict.get(self._reset_key, None)
-        batch_shape = tensordict_reset.batch_size
-        mask = _batch_mask(reset, batch_shape)
-        for i, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
-            obs = tensordict_reset.get(in_key, None)
-            if obs is None:
-                continue
-            buffer = self._buffer(i)
-            fresh = self._fresh(obs)
-            if mask is not None and buffer.shape == fresh.shape:
-                fresh = torch.where(_broadcast(mask, fresh.ndim), fresh, buffer)
-            self._store(buffer, fresh)
-            tensordict_reset.set(out_key, self._output(fresh))
-        return tensordict_reset
-
-    def _output(self, frames: torch.Tensor) -> torch.Tensor:
-        return frames
-
-
-class CatFrames(_FrameBuffers):
+class CatFrames(FrameBuffers):
     """Stacks the last ``N`` observations along ``dim``.
 
     At reset, the stack is filled with copies of the first observation
     (``padding="same"``) or with ``padding_value`` (``padding="constant"``), the
     observation itself being last. Each step drops the oldest frame and appends the
     new one. Only the envs flagged in ``"_reset"`` are refilled on a partial reset.
-    Clones share the frame buffers.
+    Clones share the frame buffers (``_cat_buffers_<key>``). Called before any reset,
+    the stack starts from frames of zeros (``padding_value`` with constant padding).
 
-    On data that does not come from an env (``transform(td)``, e.g. replay buffer
-    samples), the last batch dim of ``td`` is time and each step gets the stack of
-    its ``N`` last frames, padded at the start of each trajectory (read from
-    ``("next", done_key)``). A ``("next", key)`` entry is stacked after the matching
+    On data that does not come from an env (``transform(td)``, replay buffer
+    samples), :meth:`unfolding` gives each step the stack of its ``N`` last frames
+    within its trajectory. A ``("next", key)`` entry is stacked after the matching
     root entry, like the env does. With ``as_inverse=True`` this happens on the data
     written to a buffer (``inv``) instead of the data read from it.
 
@@ -244,8 +83,14 @@ class CatFrames(_FrameBuffers):
         as_inverse: stack on the inverse (buffer writing) path; buffers only.
         reset_key: the ``"_reset"`` entry to read (default: the one of the env's done
             entries).
-        done_key: the done entry marking trajectory ends in buffer data (default
-            ``"done"``).
+        done_key: the done entry marking trajectory ends in sequence data (default
+            ``"done"``, read under ``"next"``).
+
+    Keyword Args:
+        future: offline only: stack the next ``N`` frames (the step first) instead of
+            the last ``N``; the done entry is optional then.
+        mask_key: offline only: where to write a boolean ``[*batch, N]`` mask, True for
+            the window slots filled by padding.
 
     Examples:
         >>> from tdrl.envs import CatFrames, GymEnv, TransformedEnv, check_env_specs
@@ -256,6 +101,8 @@ class CatFrames(_FrameBuffers):
         >>> obs.shape, bool((obs == obs[:3].repeat(4)).all())
         (torch.Size([12]), True)
     """
+
+    _buffer_prefix = "_cat_buffers_"
 
     def __init__(
         self,
@@ -268,12 +115,16 @@ class CatFrames(_FrameBuffers):
         as_inverse: bool = False,
         reset_key: NestedKey | None = None,
         done_key: NestedKey | None = None,
+        *,
+        future: bool = False,
+        mask_key: NestedKey | None = None,
     ) -> None:
         if isinstance(N, bool) or not isinstance(N, int) or N < 1:
             raise ValueError(f"CatFrames N: expected a positive int, got {N!r}")
         if isinstance(dim, bool) or not isinstance(dim, int) or dim >= 0:
             raise ValueError(
-                f"CatFrames dim: expected a negative int (counted from the end), got {dim!r}"
+                "CatFrames dim: expected a negative int, counted from the end (dim must be "
+                f"< 0 to accommodate for tensordict batch dims of any size), got {dim!r}"
             )
         if padding not in PADDINGS:
             raise ValueError(
@@ -287,19 +138,33 @@ class CatFrames(_FrameBuffers):
         self.as_inverse = as_inverse
         self.reset_key = reset_key
         self._reset_key = "_reset" if reset_key is None else reset_key
-        self.done_key = "done" if done_key is None else done_key
+        self.done_key = "done" if done_key is None else unravel_key(done_key)
+        self.future = bool(future)
+        self.mask_key = None if mask_key is None else unravel_key(mask_key)
         self._init_buffers()
 
     # ---------------------------------------------------------------- env path
+    def _check_online(self) -> None:
+        if self.as_inverse:
+            raise RuntimeError(INVERSE_IN_ENV_ERROR)
+        if self.future or self.mask_key is not None:
+            what = "future=True" if self.future else f"mask_key={self.mask_key!r}"
+            raise RuntimeError(OFFLINE_ONLY_ERROR.format(what=what))
+
     def _fresh(self, obs: torch.Tensor) -> torch.Tensor:
         if self.padding == "same":
             return torch.cat([obs] * self.N, self.dim)
+        return self._padded(obs)
+
+    def _padded(self, obs: torch.Tensor) -> torch.Tensor:
+        """``N - 1`` frames of padding followed by ``obs``."""
         shape = list(obs.shape)
         shape[self.dim] *= self.N - 1
         pad = torch.full(shape, self.padding_value, dtype=obs.dtype, device=obs.device)
         return torch.cat([pad, obs], self.dim)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        self._check_online()
         dim = self.dim
         for i, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
             obs = next_tensordict.get(in_key, None)
@@ -307,8 +172,9 @@ class CatFrames(_FrameBuffers):
                 self._missing(in_key, next_tensordict)
                 continue
             buffer = self._buffer(i)
-            if buffer.ndim != obs.ndim:
-                out = self._fresh(obs)
+            if buffer.ndim != obs.ndim or not buffer.numel():
+                # never reset: the history before this frame is padding
+                out = self._padded(obs)
                 self._store(buffer, out)
             else:
                 size = obs.shape[dim]
@@ -332,72 +198,163 @@ class CatFrames(_FrameBuffers):
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        if self.as_inverse:
-            raise RuntimeError(self._env_error())
+        self._check_online()
         return super()._reset(tensordict, tensordict_reset)
-
-    def _env_error(self) -> str:
-        return ENV_ONLY_ERROR.format(
-            owner="CatFrames",
-            what="as_inverse=True stacks the frames of data written to a replay buffer; "
-            "it cannot be used in an env",
-        )
 
     # ------------------------------------------------------------ buffer path
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Stack the frames of sequence data (time is the last batch dim)."""
+        """Stack the frames of sequence data (see :meth:`unfolding`)."""
         if self.as_inverse:
             return tensordict
-        return self._unfold(tensordict)
+        return self.unfolding(tensordict)
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self.as_inverse:
-            return self._unfold(tensordict)
+            return self.unfolding(tensordict)
         return tensordict
 
     def _needs_inverse(self) -> bool:
         return self.as_inverse
 
-    def _unfold(self, tensordict: TensorDictBase) -> TensorDictBase:
-        wanted, start = _episode_windows(tensordict, self.done_key, self.N, "CatFrames")
-        batch_ndim = tensordict.batch_dims
-        start_k = start.unsqueeze(-1)
-        positions = torch.maximum(wanted, start_k)
-        valid = wanted >= start_k
+    def unfolding(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Stack the frames of each step of sequence data, within its trajectory.
+
+        The time dim is the batch dim named ``"time"`` (else the last batch dim, with
+        a warning). Trajectories end where ``("next", done_key)`` is True; history
+        windows need that entry, future windows treat a sequence without it as one
+        trajectory. The input is modified in place and returned.
+        """
+        tdim = time_dim(tensordict, "CatFrames")
         originals = {key: tensordict.get(key, None) for key in self.in_keys}
+        for key, value in originals.items():
+            if value is None:
+                self._missing(key, tensordict)
+        if all(value is None for value in originals.values()):
+            return tensordict
+        done = done_along_time(tensordict, self.done_key, tdim)
+        if done is None and not self.future:
+            raise KeyError(
+                NO_DONE_ERROR.format(
+                    key=("next", *as_tuple(self.done_key)),
+                    keys=sorted(map(str, tensordict.keys(True, True))),
+                )
+            )
+        last = tensordict.batch_dims - 1
+        shape = tensordict.batch_size
+        shape = torch.Size([*shape[:tdim], *shape[tdim + 1 :], shape[tdim]])
+        device = next(value for value in originals.values() if value is not None).device
+        offsets = window_offsets(self.N, self.future, device)
+        wanted = torch.arange(shape[-1], device=device).unsqueeze(-1) + offsets
+        if self.future:
+            padded = wanted > episode_ends(done, shape, device).unsqueeze(-1)
+            start = None
+        else:
+            start = episode_starts(done, shape, device).unsqueeze(-1)
+            padded = wanted < start
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             data = originals[in_key]
             if data is None:
-                self._missing(in_key, tensordict)
                 continue
-            frames = _windows(data, positions, batch_ndim)
-            mask_shape = (*valid.shape, *(1,) * (data.ndim - batch_ndim))
-            keep = valid.reshape(mask_shape)
-            key_t = _as_tuple(in_key)
-            root = None
-            if key_t[0] == "next" and len(key_t) > 1:
-                root_key = unravel_key(key_t[1:])
-                root = originals.get(root_key)
-                if root is None:
-                    root = tensordict.get(root_key, None)
-            if root is not None:
-                first = _windows(root, start_k, batch_ndim)
-                if self.padding == "same":
-                    frames = torch.where(keep, frames, first)
-                else:
-                    before = (wanted == start_k - 1).reshape(mask_shape)
-                    padded = torch.where(before, first, self.padding_value)
-                    frames = torch.where(keep, frames, padded)
-            elif self.padding == "constant":
-                frames = torch.where(keep, frames, self.padding_value)
-            tensordict.set(out_key, self._merge(frames, batch_ndim))
+            data = data.movedim(tdim, last)
+            root = self._root_of(in_key, originals, tensordict)
+            if root is None:
+                stacked = stack_windows(
+                    data,
+                    padded,
+                    dim=self.dim,
+                    padding=self.padding,
+                    padding_value=self.padding_value,
+                    future=self.future,
+                )
+            else:
+                stacked = self._next_windows(data, root.movedim(tdim, last), wanted, start)
+            tensordict.set(out_key, stacked.movedim(last, tdim))
+        if self.mask_key is not None:
+            tensordict.set(self.mask_key, padded.movedim(last, tdim))
         return tensordict
 
-    def _merge(self, frames: torch.Tensor, batch_ndim: int) -> torch.Tensor:
-        """``[*B, T, N, *F]`` -> ``[*B, T, *F]`` with the N frames concatenated along ``dim``."""
-        feature_dim = frames.ndim + self.dim
-        frames = frames.movedim(batch_ndim, feature_dim - 1)
-        return frames.flatten(feature_dim - 1, feature_dim)
+    def _root_of(
+        self, in_key: NestedKey, originals: dict, tensordict: TensorDictBase
+    ) -> torch.Tensor | None:
+        """The root entry a ``("next", key)`` entry is stacked after, if the data holds it."""
+        key = as_tuple(in_key)
+        if key[0] != "next" or len(key) == 1:
+            return None
+        root_key = unravel_key(key[1:])
+        root = originals.get(root_key)
+        if root is None:
+            root = tensordict.get(root_key, None)
+        if root is not None and self.future:
+            raise NotImplementedError(FUTURE_NEXT_ERROR.format(root=root_key, next=in_key))
+        return root
+
+    def _next_windows(
+        self, data: torch.Tensor, root: torch.Tensor, wanted: torch.Tensor, start: torch.Tensor
+    ) -> torch.Tensor:
+        """History windows of ``("next", key)`` data: the step before a trajectory is its root.
+
+        In an env, the next frame of step ``t`` is stacked after the frames seen since
+        the reset, the first of which is the root frame of the trajectory's first step.
+        """
+        lead = start.ndim - 2
+        frames = gather_windows(data, torch.maximum(wanted, start), lead)
+        first = gather_windows(root, start, lead)
+        features = (1,) * (data.ndim - lead - 1)
+        real = wanted >= start
+        real = real.reshape(*real.shape, *features)
+        if self.padding == "same":
+            frames = torch.where(real, frames, first)
+        else:
+            before = wanted == start - 1
+            before = before.reshape(*before.shape, *features)
+            fill = torch.as_tensor(self.padding_value, dtype=frames.dtype, device=frames.device)
+            frames = torch.where(real, frames, torch.where(before, first, fill))
+        return merge_windows(frames, lead, self.dim)
+
+    def make_rb_transform_and_sampler(
+        self, batch_size: int, **sampler_kwargs: Any
+    ) -> tuple[Transform, SliceSampler]:
+        """A transform and a sampler that stack frames at sampling time.
+
+        The storage keeps single frames; the sampler draws, for each item the buffer
+        asks for, a slice of ``N`` consecutive steps of one trajectory, and the
+        transform turns each slice into its last step with the stacks of the ``in_keys``
+        entries (and of their ``("next", key)`` entries) under the ``out_keys``. Only
+        windows that lie within one trajectory are drawn. On writes, the transform drops
+        the ``out_keys`` stacks that an env's CatFrames may have put in the data (with
+        in-place stacking, ``out_keys == in_keys``, the data written must hold single
+        frames).
+
+        Args:
+            batch_size: the number of stacked steps per sample the buffer will ask for;
+                accepted for API compatibility: any batch size works.
+            **sampler_kwargs: passed to :class:`~tdrl.data.replay_buffers.SliceSampler`
+                (``end_key``, ``traj_key``, ...; ``slice_len`` is ``N``).
+
+        Returns:
+            ``(transform, sampler)``, for ``ReplayBuffer(sampler=..., transform=...)``.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"CatFrames batch_size: expected a positive int, got {batch_size!r}")
+        if self.future or self.as_inverse:
+            raise ValueError(
+                "CatFrames.make_rb_transform_and_sampler: expected a history-window CatFrames "
+                f"(future=False, as_inverse=False), got future={self.future}, "
+                f"as_inverse={self.as_inverse}"
+            )
+        in_keys = [*self.in_keys, *(unravel_key(("next", key)) for key in self.in_keys)]
+        out_keys = [*self.out_keys, *(unravel_key(("next", key)) for key in self.out_keys)]
+        stacker = CatFrames(
+            self.N,
+            self.dim,
+            in_keys=in_keys,
+            out_keys=out_keys,
+            padding=self.padding,
+            padding_value=self.padding_value,
+            done_key=self.done_key,
+        )
+        sampler_kwargs.setdefault("truncated_key", None)
+        return _LastOfWindow(stacker), _WindowSampler(self.N, **sampler_kwargs)
 
     # ------------------------------------------------------------------ specs
     def _transform_spec(self, spec: Any) -> Any:
@@ -418,9 +375,9 @@ class CatFrames(_FrameBuffers):
         return spec._with_shape(torch.Size(shape), lambda t: torch.cat([t] * self.N, self.dim))
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Stack the ``in_keys`` specs ``N`` times along ``dim``."""
-        if self.as_inverse:
-            raise RuntimeError(self._env_error())
+        """Stack the ``in_keys`` specs ``N`` times along ``dim`` (unchanged when offline-only)."""
+        if self.as_inverse or self.future or self.mask_key is not None:
+            return output_spec
         return super().transform_output_spec(output_spec)
 
     def __repr__(self) -> str:
@@ -430,13 +387,56 @@ class CatFrames(_FrameBuffers):
         )
 
 
-class TimeMaxPool(_FrameBuffers):
+class _WindowSampler(SliceSampler):
+    """A slice sampler drawing ``N`` consecutive steps per item the buffer asks for."""
+
+    def __init__(self, N: int, **kwargs: Any) -> None:
+        if "slice_len" in kwargs or "num_slices" in kwargs:
+            raise ValueError(
+                "CatFrames.make_rb_transform_and_sampler: the slice length is N; got "
+                f"{sorted(set(kwargs) & {'slice_len', 'num_slices'})} in the sampler arguments"
+            )
+        super().__init__(slice_len=N, **kwargs)
+        self.window = N
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """Draw ``batch_size`` windows (``batch_size * N`` steps)."""
+        return super().sample(storage, batch_size * self.window)
+
+
+class _LastOfWindow(Transform):
+    """Turns ``[B * N]`` window samples into their ``[B]`` last steps, with frame stacks."""
+
+    def __init__(self, stacker: CatFrames) -> None:
+        super().__init__(in_keys=stacker.in_keys, out_keys=stacker.out_keys)
+        self.stacker = stacker
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Stack the frames of each window and keep its last step."""
+        windows = tensordict.reshape(-1, self.stacker.N)
+        windows.names = [None, "time"]
+        return self.stacker.unfolding(windows)[:, -1]
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        # the storage keeps single frames: stacks written by an env's CatFrames are dropped
+        stacks = [key for key in self.out_keys if key not in self.in_keys]
+        return tensordict.exclude(*stacks) if stacks else tensordict
+
+    def _needs_inverse(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.stacker!r})"
+
+
+class TimeMaxPool(FrameBuffers):
     """Element-wise maximum over the last ``T`` observations (since the last reset).
 
     A reset fills the window with the reset observation (only for the envs flagged
-    in ``"_reset"``), so the output never mixes trajectories. On data that does not
-    come from an env (time is the last batch dim), the same maximum is taken over
-    each step's window within its trajectory.
+    in ``"_reset"``), so the output never mixes trajectories. The window lives in
+    buffers named ``_maxpool_buffer_<key>``, shared by clones. On data that does not
+    come from an env (the time dim is the one named ``"time"``, else the last batch
+    dim), the same maximum is taken over each step's window within its trajectory.
 
     Args:
         in_keys: the entries to pool (default ``["observation"]``).
@@ -460,6 +460,8 @@ class TimeMaxPool(_FrameBuffers):
         True
     """
 
+    _buffer_prefix = "_maxpool_buffer_"
+
     def __init__(
         self,
         in_keys: Sequence[NestedKey] | NestedKey | None = None,
@@ -475,28 +477,15 @@ class TimeMaxPool(_FrameBuffers):
         self.T = T
         self.reset_key = reset_key
         self._reset_key = "_reset" if reset_key is None else reset_key
-        self.done_key = "done" if done_key is None else done_key
+        self.done_key = "done" if done_key is None else unravel_key(done_key)
         self._init_buffers()
 
     def _fresh(self, obs: torch.Tensor) -> torch.Tensor:
-        return obs.unsqueeze(0).expand(self.T, *obs.shape)
+        # the window is the last dim: [*obs.shape, T]
+        return obs.unsqueeze(-1).expand(*obs.shape, self.T)
 
-    def _reset(
-        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
-    ) -> TensorDictBase:
-        reset = tensordict.get(self._reset_key, None)
-        mask = _batch_mask(reset, tensordict_reset.batch_size)
-        for i, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
-            obs = tensordict_reset.get(in_key, None)
-            if obs is None:
-                continue
-            buffer = self._buffer(i)
-            fresh = self._fresh(obs)
-            if mask is not None and buffer.shape == fresh.shape:
-                fresh = torch.where(_broadcast(mask, obs.ndim), fresh, buffer)
-            self._store(buffer, fresh)
-            tensordict_reset.set(out_key, fresh.amax(0))
-        return tensordict_reset
+    def _output(self, frames: torch.Tensor) -> torch.Tensor:
+        return frames.amax(-1)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         for i, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
@@ -505,40 +494,47 @@ class TimeMaxPool(_FrameBuffers):
                 self._missing(in_key, next_tensordict)
                 continue
             buffer = self._buffer(i)
-            if buffer.ndim != obs.ndim + 1:
+            if buffer.ndim != obs.ndim + 1 or not buffer.numel():
                 frames = self._fresh(obs)
                 self._store(buffer, frames)
             else:
                 try:
-                    frames = torch.cat([buffer[1:], obs.unsqueeze(0)], 0)
+                    frames = torch.cat([buffer[..., 1:], obs.unsqueeze(-1)], -1)
                     buffer.copy_(frames)
                 except RuntimeError as err:
                     raise ValueError(
                         NOT_RESET_ERROR.format(
                             owner="TimeMaxPool",
                             key=in_key,
-                            buffer=tuple(buffer.shape[1:]),
+                            buffer=tuple(buffer.shape[:-1]),
                             obs=tuple(obs.shape),
                         )
                     ) from err
-            next_tensordict.set(out_key, frames.amax(0))
+            next_tensordict.set(out_key, frames.amax(-1))
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Pool sequence data (time is the last batch dim) within each trajectory."""
-        wanted, start = _episode_windows(tensordict, self.done_key, self.T, "TimeMaxPool")
-        batch_ndim = tensordict.batch_dims
-        positions = torch.maximum(wanted, start.unsqueeze(-1))
+        """Pool sequence data within each trajectory (a missing done entry: one trajectory)."""
+        tdim = time_dim(tensordict, "TimeMaxPool")
+        last = tensordict.batch_dims - 1
+        done = done_along_time(tensordict, self.done_key, tdim)
+        shape = tensordict.batch_size
+        shape = torch.Size([*shape[:tdim], *shape[tdim + 1 :], shape[tdim]])
+        values = [tensordict.get(key, None) for key in self.in_keys]
+        device = next((value.device for value in values if value is not None), tensordict.device)
+        start = episode_starts(done, shape, device).unsqueeze(-1)
+        wanted = torch.arange(shape[-1], device=start.device).unsqueeze(-1) + window_offsets(
+            self.T, False, start.device
+        )
+        positions = torch.maximum(wanted, start)
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             data = tensordict.get(in_key, None)
             if data is None:
                 self._missing(in_key, tensordict)
                 continue
-            tensordict.set(out_key, _windows(data, positions, batch_ndim).amax(batch_ndim))
+            pooled = gather_windows(data.movedim(tdim, last), positions, last).amax(last + 1)
+            tensordict.set(out_key, pooled.movedim(last, tdim))
         return tensordict
-
-    def _transform_spec(self, spec: Any) -> Any:
-        return spec
 
     def __repr__(self) -> str:
         return f"TimeMaxPool(in_keys={self.in_keys}, out_keys={self.out_keys}, T={self.T})"

@@ -13,14 +13,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tensordict import TensorDictBase
 
-from tdrl.data import Bounded
+from tdrl.data import Bounded, Composite
 from tdrl.envs.transforms.transform import (
-    MISSING_KEY_ERROR,
     NestedKey,
     ObservationTransform,
-    _key_list,
     _unlocked_clone,
     map_output_specs,
 )
@@ -89,7 +86,9 @@ class _ImageTransform(ObservationTransform):
         )
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Map the observation specs of the ``in_keys`` entries that it holds."""
+        """Map the ``in_keys`` entries of a Composite, or a leaf spec (that of the entry)."""
+        if not isinstance(observation_spec, Composite):
+            return self._transform_spec(observation_spec)
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key in observation_spec.keys(True):
                 observation_spec[out_key] = self._transform_spec(observation_spec[in_key].clone())
@@ -200,8 +199,11 @@ class Resize(_ImageTransform):
 
     As in the reference API, the last two dims of the output are ``(w, h)``.
     Bilinear and bicubic resizing are antialiased. Integer images are resized in
-    float and rounded back to their dtype. Inside an env, float outputs are clamped
-    to the bounds of the input's ``Bounded`` spec, so the data stays in its spec.
+    float and rounded back to their dtype. Bilinear and bicubic outputs are clamped
+    to the value range of their input image (bicubic overshoots, and antialiasing
+    weights sum to 1 only up to rounding): every image stays within its own range,
+    hence within any ``Bounded`` spec, and the result only depends on the data, so
+    an env and a replay buffer give the same values.
 
     Args:
         w: the size of the second-to-last output dim.
@@ -243,40 +245,31 @@ class Resize(_ImageTransform):
         self._kwargs: dict = {"size": (w, h), "mode": mode}
         if mode in ("bilinear", "bicubic"):
             self._kwargs.update(align_corners=False, antialias=True)
-        # out_key -> (low, high) the outputs are clamped to, set from the specs
-        self._bounds: dict = {}
+        # bicubic weights can be negative and antialiased weights sum to 1 only up to
+        # rounding; the other modes copy or average input pixels exactly
+        self._overshoots = mode in ("bilinear", "bicubic")
+
+    def _interpolate(self, batch: torch.Tensor) -> torch.Tensor:
+        out = F.interpolate(batch, **self._kwargs)
+        if self._overshoots:
+            # two plain reductions: torch.aminmax along a dim is many times slower on CPU
+            flat = batch.flatten(1)
+            shape = (-1, 1, 1, 1)
+            out = out.clamp_(flat.amin(1).view(shape), flat.amax(1).view(shape))
+        return out
 
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         _check_image("Resize", value, 2, "*, C, H, W")
         batch, lead = _as_batch4d(value)
         if value.dtype.is_floating_point:
-            out = F.interpolate(batch, **self._kwargs)
+            out = self._interpolate(batch)
         else:
             info = torch.iinfo(value.dtype)
-            out = F.interpolate(batch.float(), **self._kwargs)
+            out = self._interpolate(batch.float())
             out = out.round_().clamp_(info.min, info.max).to(value.dtype)
         if value.ndim == 2:
             return out.reshape(out.shape[-2:])
         return out.reshape(*lead, *out.shape[1:])
-
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        bounds = self._bounds
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            value = next_tensordict.get(in_key, None)
-            if value is None:
-                if not self.missing_tolerance:
-                    raise KeyError(
-                        MISSING_KEY_ERROR.format(
-                            owner="Resize", key=in_key, keys=_key_list(next_tensordict)
-                        )
-                    )
-                continue
-            out = self._apply_transform(value)
-            limits = bounds.get(out_key)
-            if limits is not None and out.dtype.is_floating_point:
-                out = out.clamp_(*limits)
-            next_tensordict.set(out_key, out)
-        return next_tensordict
 
     def _transform_spec(self, spec: Any) -> Any:
         if len(spec.shape) < 2:
@@ -293,26 +286,6 @@ class Resize(_ImageTransform):
         else:
             low, high = self._apply_transform(low), self._apply_transform(high)
         return Bounded(low, high, shape=shape, device=spec.device, dtype=spec.dtype)
-
-    def transform_output_spec(self, output_spec: Any) -> Any:
-        """Resize the ``in_keys`` specs and record the bounds outputs are clamped to."""
-        output_spec = super().transform_output_spec(output_spec)
-        bounds = {}
-        for out_key in self.out_keys:
-            for name in ("full_observation_spec", "full_reward_spec", "full_done_spec"):
-                sub = output_spec.get(name, None)
-                if sub is None or out_key not in sub.keys(True):
-                    continue
-                spec = sub[out_key]
-                if isinstance(spec, Bounded) and spec.dtype.is_floating_point:
-                    low, high = spec.low, spec.high
-                    if bool((low == low.min()).all()) and bool((high == high.min()).all()):
-                        bounds[out_key] = (low.min().item(), high.min().item())
-                    else:
-                        bounds[out_key] = (low, high)
-                break
-        self._bounds = bounds
-        return output_spec
 
     def __repr__(self) -> str:
         return (

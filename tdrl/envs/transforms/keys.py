@@ -1,15 +1,14 @@
-"""Transforms that rename, select, combine or compute entries."""
+"""Transforms that rename, select, combine or drop entries."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from tdrl.data import Composite, NonTensor, Unbounded
+from tdrl.data import Composite, Unbounded
 from tdrl.envs.transforms.transform import (
     INPUT_ENTRIES,
     OUTPUT_ENTRIES,
@@ -25,15 +24,14 @@ from tdrl.envs.transforms.transform import (
 __all__ = [
     "CatTensors",
     "ExcludeTransform",
-    "Hash",
     "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
-    "UnaryTransform",
 ]
 
 
-def _check_pairs(owner: str, name: str, first: list, second: list) -> None:
+def check_pairs(owner: str, name: str, first: list, second: list) -> None:
+    """Raise ``ValueError`` unless the two key lists have the same length."""
     if len(first) != len(second):
         raise ValueError(
             f"{owner}: {name} must pair one to one: expected {len(first)} keys, got {len(second)}"
@@ -76,8 +74,8 @@ class RenameTransform(Transform):
     ) -> None:
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         owner = type(self).__name__
-        _check_pairs(owner, "in_keys and out_keys", self.in_keys, self.out_keys)
-        _check_pairs(owner, "in_keys_inv and out_keys_inv", self.in_keys_inv, self.out_keys_inv)
+        check_pairs(owner, "in_keys and out_keys", self.in_keys, self.out_keys)
+        check_pairs(owner, "in_keys_inv and out_keys_inv", self.in_keys_inv, self.out_keys_inv)
         self.create_copy = create_copy
 
     def _rename(self, tensordict: TensorDictBase, sources: list, targets: list) -> TensorDictBase:
@@ -331,7 +329,18 @@ class CatTensors(ObservationTransform):
         return next_tensordict
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Replace the concatenated entries by one Unbounded spec of the summed size."""
+        """Replace the concatenated entries by one Unbounded spec of the summed size.
+
+        A leaf spec (not a Composite) is taken as the spec of the only ``in_keys`` entry.
+        """
+        if not isinstance(observation_spec, Composite):
+            if len(self.in_keys) != 1:
+                raise ValueError(
+                    f"CatTensors: a leaf spec describes one entry, expected a Composite holding "
+                    f"the {len(self.in_keys)} in_keys {self.in_keys}, got {observation_spec}"
+                )
+            out = self._prepare(observation_spec.zero())
+            return Unbounded(shape=out.shape, dtype=out.dtype, device=observation_spec.device)
         batch_ndim = len(observation_spec.shape)
         if self._lazy_keys and not self.in_keys:
             keys = [
@@ -374,6 +383,17 @@ def _drop_empty(spec: Any) -> Any:
             else:
                 spec[key] = value
     return spec
+
+
+def _empty_leaves(spec: Any, prefix: tuple = ()) -> list:
+    """Nested keys of the empty Composites of ``spec`` that hold no Composite either."""
+    keys = []
+    for key in spec.keys():
+        value = spec[key]
+        if isinstance(value, Composite) and value.is_empty(recurse=True):
+            deeper = _empty_leaves(value, (*prefix, key))
+            keys.extend(deeper or [(*prefix, key)])
+    return keys
 
 
 def _drop_empty_data(tensordict: TensorDictBase) -> TensorDictBase:
@@ -448,11 +468,7 @@ class RemoveEmptySpecs(Transform):
 
     def transform_state_spec(self, state_spec: Any) -> Any:
         """Drop empty sub-Composites, remembering them for the inverse path."""
-        self._empty_state_keys = [
-            key
-            for key in state_spec.keys()
-            if isinstance(state_spec[key], Composite) and state_spec[key].is_empty(recurse=True)
-        ]
+        self._empty_state_keys = _empty_leaves(state_spec)
         return _drop_empty(state_spec)
 
     def transform_action_spec(self, action_spec: Any) -> Any:
@@ -465,248 +481,3 @@ class RemoveEmptySpecs(Transform):
 
     def __repr__(self) -> str:
         return "RemoveEmptySpecs()"
-
-
-def _spec_for(value: Any, batch_shape: torch.Size, device: Any) -> Any:
-    """A spec describing ``value`` (the image of a zero sample through a function)."""
-    if isinstance(value, torch.Tensor):
-        return Unbounded(shape=value.shape, dtype=value.dtype, device=value.device)
-    return NonTensor(shape=batch_shape, device=device, example_data=value)
-
-
-def _raw(value: Any) -> Any:
-    if isinstance(value, NonTensorStack):
-        return value.tolist()
-    if isinstance(value, NonTensorData):
-        return value.data
-    return value
-
-
-class UnaryTransform(Transform):
-    """Applies a function to entries: ``fn`` on the outputs, ``inv_fn`` on the inputs.
-
-    The specs of the results are inferred by applying the function to a zero sample
-    of the input specs: tensors give an ``Unbounded`` spec of their shape and dtype,
-    anything else a ``NonTensor`` spec.
-
-    Args:
-        in_keys: output entries to read.
-        out_keys: where to write ``fn``'s results.
-        in_keys_inv: input entries the base env reads (written by ``inv_fn``).
-        out_keys_inv: the outside input entries ``inv_fn`` reads.
-
-    Keyword Args:
-        fn: the function applied on the output path.
-        inv_fn: the function applied on the input path (the identity when omitted).
-        use_raw_nontensor: give the functions plain python data instead of
-            ``NonTensorData`` / ``NonTensorStack`` wrappers.
-
-    Examples:
-        >>> from tdrl.envs import GymEnv, TransformedEnv, UnaryTransform, check_env_specs
-        >>> env = TransformedEnv(GymEnv("Pendulum-v1"), UnaryTransform(
-        ...     in_keys=["observation"], out_keys=["norm"], fn=lambda obs: obs.norm(dim=-1)))
-        >>> check_env_specs(env)
-        >>> env.observation_spec["norm"].shape
-        torch.Size([])
-        >>> text = UnaryTransform(["observation"], ["text"], fn=lambda obs: str(obs.tolist()))
-        >>> env.append_transform(text).reset()["text"].startswith("[")
-        True
-    """
-
-    def __init__(
-        self,
-        in_keys: Sequence[NestedKey] | NestedKey,
-        out_keys: Sequence[NestedKey] | NestedKey,
-        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
-        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
-        *,
-        fn: Callable[[Any], Any],
-        inv_fn: Callable[[Any], Any] | None = None,
-        use_raw_nontensor: bool = False,
-    ) -> None:
-        super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
-        owner = type(self).__name__
-        _check_pairs(owner, "in_keys and out_keys", self.in_keys, self.out_keys)
-        _check_pairs(owner, "in_keys_inv and out_keys_inv", self.in_keys_inv, self.out_keys_inv)
-        if not callable(fn):
-            raise TypeError(f"{owner} fn: expected a callable, got {type(fn).__name__}")
-        self._fn = fn
-        self._inv_fn = inv_fn
-        self.use_raw_nontensor = use_raw_nontensor
-
-    def _apply_transform(self, value: Any) -> Any:
-        if self.use_raw_nontensor:
-            value = _raw(value)
-        return self._fn(value)
-
-    def _inv_apply_transform(self, value: Any) -> Any:
-        if self._inv_fn is None:
-            return value
-        if self.use_raw_nontensor:
-            value = _raw(value)
-        return self._inv_fn(value)
-
-    def _reset(
-        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
-    ) -> TensorDictBase:
-        tolerance = self.missing_tolerance
-        self.set_missing_tolerance(True)
-        try:
-            return self._call(tensordict_reset)
-        finally:
-            self.set_missing_tolerance(tolerance)
-
-    def _spec_map(self, batch_shape: torch.Size) -> Callable[[Any], Any]:
-        def mapping(spec: Any) -> Any:
-            return _spec_for(self._apply_transform(spec.zero()), batch_shape, spec.device)
-
-        return mapping
-
-    def transform_output_spec(self, output_spec: Any) -> Any:
-        """Describe each ``out_keys`` entry from ``fn`` applied to a zero input."""
-        output_spec = super().transform_output_spec(output_spec)
-        return map_output_specs(
-            self, output_spec, self.in_keys, self.out_keys, self._spec_map(output_spec.shape)
-        )
-
-    def transform_input_spec(self, input_spec: Any) -> Any:
-        """Describe each outside ``out_keys_inv`` entry from ``fn`` applied to a zero input."""
-        input_spec = super().transform_input_spec(input_spec)
-        if self._inv_fn is None:
-            return input_spec
-        return map_input_specs(
-            self,
-            input_spec,
-            self.in_keys_inv,
-            self.out_keys_inv,
-            self._spec_map(input_spec.shape),
-        )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(in_keys={self.in_keys}, out_keys={self.out_keys}, fn={self._fn!r})"
-
-
-def _hash_key(value: torch.Tensor) -> tuple:
-    return tuple(value.reshape(-1).tolist())
-
-
-class Hash(UnaryTransform):
-    """Replaces entries (strings, bytes or tensors) by a 256-bit hash (32 ``uint8``).
-
-    Args:
-        in_keys: the entries to hash.
-        out_keys: where to write the hashes.
-        in_keys_inv: with ``out_keys_inv``, map hashes back to the values that produced
-            them on the input path (a repertoire of seen values is kept).
-        out_keys_inv: the outside (hashed) input entries.
-
-    Keyword Args:
-        hash_fn: the hash function; defaults to :meth:`reproducible_hash` (SHA-256).
-            Batches of non-tensor data (``NonTensorStack``) are hashed element-wise;
-            a tensor is hashed as a whole.
-        seed: a seed mixed into the default hash.
-        use_raw_nontensor: give ``hash_fn`` plain python data.
-        repertoire: a dict filled with ``hash -> value`` pairs, used by
-            :meth:`get_input_from_hash`.
-
-    Examples:
-        >>> from tensordict import TensorDict
-        >>> from tdrl.envs import Hash
-        >>> t = Hash(in_keys=["text"], out_keys=["hash"], repertoire={})
-        >>> td = t(TensorDict({"text": "hello"}, []))
-        >>> td["hash"].shape, td["hash"].dtype
-        (torch.Size([32]), torch.uint8)
-        >>> t.get_input_from_hash(td["hash"])
-        'hello'
-    """
-
-    def __init__(
-        self,
-        in_keys: Sequence[NestedKey] | NestedKey,
-        out_keys: Sequence[NestedKey] | NestedKey,
-        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
-        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
-        *,
-        hash_fn: Callable[[Any], torch.Tensor] | None = None,
-        seed: Any = None,
-        use_raw_nontensor: bool = False,
-        repertoire: dict | None = None,
-    ) -> None:
-        if (in_keys_inv is None) != (out_keys_inv is None):
-            raise ValueError(
-                "Hash: in_keys_inv and out_keys_inv must be given together, got only "
-                f"{'in_keys_inv' if in_keys_inv is not None else 'out_keys_inv'}"
-            )
-        if repertoire is None and in_keys_inv is not None:
-            repertoire = {}
-        self._seed = seed
-        self._hash_fn = hash_fn
-        self._repertoire = repertoire
-        super().__init__(
-            in_keys,
-            out_keys,
-            in_keys_inv,
-            out_keys_inv,
-            fn=self._hash,
-            inv_fn=self.get_input_from_hash if in_keys_inv is not None else None,
-            use_raw_nontensor=use_raw_nontensor,
-        )
-
-    @staticmethod
-    def reproducible_hash(string: str | bytes, seed: Any = None) -> torch.Tensor:
-        """A reproducible 256-bit hash of ``string`` (and ``seed``), as 32 ``uint8``."""
-        data = string.encode() if isinstance(string, str) else bytes(string)
-        prefix = b"" if seed is None else str(seed).encode() + b"\x00"
-        digest = hashlib.sha256(prefix + data).digest()
-        return torch.frombuffer(bytearray(digest), dtype=torch.uint8)
-
-    def _hash_one(self, value: Any) -> torch.Tensor:
-        if self._hash_fn is not None:
-            return torch.as_tensor(self._hash_fn(value))
-        if isinstance(value, torch.Tensor):
-            value = value.detach().cpu().contiguous().numpy().tobytes()
-        elif not isinstance(value, (str, bytes, bytearray)):
-            value = repr(value)
-        return self.reproducible_hash(value, self._seed)
-
-    def _hash(self, value: Any) -> torch.Tensor:
-        if isinstance(value, NonTensorStack):
-            value = value.tolist()
-        elif isinstance(value, NonTensorData):
-            value = value.data
-        if isinstance(value, list):
-            hashed = torch.stack([self._hash(item) for item in value])
-            return hashed
-        hashed = self._hash_one(value)
-        if self._repertoire is not None:
-            self._repertoire[_hash_key(hashed)] = value
-        return hashed
-
-    def get_input_from_hash(self, hash_tensor: torch.Tensor) -> Any:
-        """The value that produced ``hash_tensor`` (requires a repertoire)."""
-        if self._repertoire is None:
-            raise RuntimeError(
-                "Hash.get_input_from_hash needs a repertoire: pass repertoire={} or "
-                "in_keys_inv / out_keys_inv when building the transform"
-            )
-        if isinstance(hash_tensor, torch.Tensor) and hash_tensor.ndim > 1:
-            return [self.get_input_from_hash(row) for row in hash_tensor]
-        key = _hash_key(torch.as_tensor(hash_tensor))
-        if key not in self._repertoire:
-            raise KeyError(
-                f"Hash: no input seen for the hash {list(key)[:4]}... (not in the repertoire)"
-            )
-        return self._repertoire[key]
-
-    def transform_input_spec(self, input_spec: Any) -> Any:
-        """Describe the outside (hashed) input entries."""
-        input_spec = Transform.transform_input_spec(self, input_spec)
-        if not self.in_keys_inv:
-            return input_spec
-        return map_input_specs(
-            self,
-            input_spec,
-            self.in_keys_inv,
-            self.out_keys_inv,
-            self._spec_map(input_spec.shape),
-        )

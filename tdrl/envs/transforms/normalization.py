@@ -1,27 +1,25 @@
-"""Normalisation transforms: fixed affine maps and running statistics."""
+"""Fixed affine normalisation: :class:`ObservationNorm`."""
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Sequence
-from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from tdrl.data import Bounded, Unbounded
-from tdrl.envs.transforms.compose import Compose
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs.transforms.transform import (
+    OUTPUT_ENTRIES,
     NestedKey,
     ObservationTransform,
     Transform,
+    locate_spec,
     map_input_specs,
     map_output_specs,
 )
 
-__all__ = ["ObservationNorm", "VecNorm"]
+__all__ = ["ObservationNorm"]
 
 UNINITIALIZED_ERROR = (
     "ObservationNorm: loc and scale are not initialized; pass them to the constructor "
@@ -158,26 +156,37 @@ class ObservationNorm(ObservationTransform):
             RuntimeError: when the stats are already set, there is no parent env, or a
                 preceding ObservationNorm is not initialised.
         """
+        reduce_dims = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
         if cat_dim is None:
             if not isinstance(reduce_dim, int):
                 raise ValueError(
-                    f"ObservationNorm.init_stats cat_dim: expected an int when reduce_dim is "
-                    f"not an int, got cat_dim=None with reduce_dim={reduce_dim!r}"
+                    "ObservationNorm.init_stats: cat_dim must be specified if reduce_dim is not "
+                    f"an integer, got cat_dim=None with reduce_dim={reduce_dim!r}"
                 )
             cat_dim = reduce_dim
+        elif cat_dim not in reduce_dims:
+            raise ValueError(
+                "ObservationNorm.init_stats: cat_dim must be part of or equal to reduce_dim "
+                f"(rollouts are joined along a reduced dim), got cat_dim={cat_dim!r} with "
+                f"reduce_dim={reduce_dim!r}"
+            )
         if self.initialized:
-            raise RuntimeError("ObservationNorm.init_stats: loc and scale are already set")
+            raise RuntimeError(
+                "ObservationNorm.init_stats: Loc/Scale are already initialized (given to the "
+                "constructor or estimated before)"
+            )
         if key is None:
             if len(self.in_keys) != 1:
                 raise RuntimeError(
-                    f"ObservationNorm.init_stats key: expected a key with several in_keys "
-                    f"{self.in_keys}, got None"
+                    "ObservationNorm.init_stats: Transform has multiple in_keys but no specific "
+                    f"key was passed as an argument; pass key= (one of {self.in_keys})"
                 )
             key = self.in_keys[0]
         parent = self.parent
         if parent is None:
             raise RuntimeError(
-                "ObservationNorm.init_stats needs the transform to be part of a TransformedEnv"
+                "ObservationNorm.init_stats: Cannot initialize the transform if parent env is not "
+                "defined; add the transform to a TransformedEnv first"
             )
         for module in parent.modules():
             if isinstance(module, ObservationNorm) and not module.initialized:
@@ -191,8 +200,7 @@ class ObservationNorm(ObservationTransform):
             collected += rollout.numel()
             data.append(rollout.get(key))
         data = torch.cat(data, cat_dim)
-        reduce = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
-        reduce = sorted(dim if dim < 0 else dim - data.ndim for dim in reduce)
+        reduce = sorted(dim if dim < 0 else dim - data.ndim for dim in reduce_dims)
         keep = [dim if dim < 0 else dim - data.ndim for dim in (keep_dims or [])]
         if any(dim not in reduce for dim in keep):
             raise ValueError(
@@ -247,15 +255,33 @@ class ObservationNorm(ObservationTransform):
         return Bounded(low, high, shape=spec.shape, device=spec.device, dtype=spec.dtype)
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Map the specs of the ``in_keys`` entries (bounds mapped when known and finite)."""
+        """Map the specs of the ``in_keys`` entries (bounds mapped when known and finite).
+
+        Entries may be observations, rewards or done entries. Keys the env does not
+        declare are left out of the specs (the data must then hold them, or the
+        transform raises a ``KeyError`` naming them when it meets data without them).
+        """
+        observations = output_spec["full_observation_spec"].keys(True)
+        others = [
+            (in_key, out_key)
+            for in_key, out_key in zip(self.in_keys, self.out_keys)
+            if in_key not in observations
+            and locate_spec(output_spec, OUTPUT_ENTRIES, in_key) is not None
+        ]
         output_spec = Transform.transform_output_spec(self, output_spec)
         return map_output_specs(
-            self, output_spec, self.in_keys, self.out_keys, self._transform_spec
+            self,
+            output_spec,
+            [in_key for in_key, _ in others],
+            [out_key for _, out_key in others],
+            self._transform_spec,
         )
 
     def transform_observation_spec(self, observation_spec: Any) -> Any:
-        """Identity: the output specs are mapped in :meth:`transform_output_spec`."""
-        return observation_spec
+        """Map the ``in_keys`` entries of a Composite, or a leaf spec (that of the entry)."""
+        if not isinstance(observation_spec, Composite):
+            return self._transform_spec(observation_spec)
+        return super().transform_observation_spec(observation_spec)
 
     def transform_input_spec(self, input_spec: Any) -> Any:
         """Give the inverse entries the spec of their outside (normalised) values."""
@@ -272,283 +298,4 @@ class ObservationNorm(ObservationTransform):
         return (
             f"ObservationNorm({stats}, standard_normal={self.standard_normal}, "
             f"in_keys={self.in_keys})"
-        )
-
-
-def _key_name(key: NestedKey) -> str:
-    return "_".join(key) if isinstance(key, tuple) else key
-
-
-class VecNorm(Transform):
-    """Normalises entries with running (exponentially decayed) mean and standard deviation.
-
-    Each call updates, per entry, the decayed sum, sum of squares and count of
-    the values seen, then returns ``(value - mean) / std``. The statistics live in
-    a TensorDict in shared memory (``shared_td``, or one built when the specs are
-    known), shared by clones and by processes the transform is sent to; a lock
-    guards the updates. In :meth:`freeze` mode or ``eval()`` mode the statistics
-    are used but not updated. ``state_dict()`` / ``load_state_dict()`` save and
-    restore them (loading copies in place, keeping the memory shared).
-
-    Args:
-        in_keys: the entries to normalise (default ``["observation", "reward"]``).
-        out_keys: where to write them (default: in place).
-        shared_td: a shared-memory (or memory-mapped) TensorDict holding the statistics,
-            e.g. from :meth:`build_td_for_shared_vecnorm`.
-        lock: a multiprocessing lock guarding updates (default: a new one).
-        decay: the decay of the running statistics.
-        eps: the smallest standard deviation used.
-        shapes: the feature shape of each in_key (default: from the env specs, or
-            from the first data).
-
-    Examples:
-        >>> import torch
-        >>> from tdrl.envs import GymEnv, TransformedEnv, VecNorm, check_env_specs
-        >>> env = TransformedEnv(GymEnv("Pendulum-v1"), VecNorm(in_keys=["observation"], decay=0.99))
-        >>> _ = env.set_seed(0)
-        >>> check_env_specs(env)
-        >>> rollout = env.rollout(200)
-        >>> bool(rollout["next", "observation"][100:].mean(0).abs().max() < 1.0)
-        True
-        >>> env.transform.freeze().frozen
-        True
-    """
-
-    def __init__(
-        self,
-        in_keys: Sequence[NestedKey] | NestedKey | None = None,
-        out_keys: Sequence[NestedKey] | NestedKey | None = None,
-        shared_td: TensorDictBase | None = None,
-        lock: Any = None,
-        decay: float = 0.9999,
-        eps: float = 1e-4,
-        shapes: Sequence[Sequence[int]] | None = None,
-    ) -> None:
-        super().__init__(["observation", "reward"] if in_keys is None else in_keys, out_keys)
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"VecNorm decay: expected a value in (0, 1], got {decay}")
-        if shapes is not None and len(shapes) != len(self.in_keys):
-            raise ValueError(
-                f"VecNorm shapes: expected one shape per in_key ({len(self.in_keys)}), "
-                f"got {len(shapes)}"
-            )
-        if shared_td is not None:
-            if not (shared_td.is_shared() or shared_td.is_memmap()):
-                raise ValueError(
-                    "VecNorm shared_td: expected a TensorDict in shared memory or memory-mapped "
-                    "(call share_memory_()), got one in private memory"
-                )
-            for key in self.in_keys:
-                for suffix in ("_sum", "_ssq", "_count"):
-                    if _key_name(key) + suffix not in shared_td.keys():
-                        raise KeyError(
-                            f"VecNorm shared_td: expected key {_key_name(key) + suffix!r} for "
-                            f"in_key {key!r}, got keys {list(shared_td.keys())}"
-                        )
-        self.__dict__["_td"] = TensorDict({}, []) if shared_td is None else shared_td
-        self.__dict__["lock"] = multiprocessing.Lock() if lock is None else lock
-        self.decay = float(decay)
-        self.eps = float(eps)
-        self.shapes = None if shapes is None else [torch.Size(shape) for shape in shapes]
-        self.frozen = False
-
-    # ------------------------------------------------------------ statistics
-    def _ensure_stats(self, key: NestedKey, shape: torch.Size, dtype: Any, device: Any) -> None:
-        name = _key_name(key)
-        stats = self.__dict__["_td"]
-        if name + "_sum" in stats.keys():
-            return
-        if self.shapes is not None:
-            shape = self.shapes[self.in_keys.index(key)]
-        dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()
-        new = TensorDict(
-            {
-                name + "_sum": torch.zeros(shape, dtype=dtype, device=device),
-                name + "_ssq": torch.zeros(shape, dtype=dtype, device=device),
-                name + "_count": torch.zeros((), dtype=dtype, device=device),
-            },
-            [],
-        )
-        if device is None or torch.device(device).type == "cpu":
-            new.share_memory_()
-        stats.update(new)
-
-    def _normalize(self, key: NestedKey, value: torch.Tensor, batch_dims: int) -> torch.Tensor:
-        name = _key_name(key)
-        stats = self.__dict__["_td"]
-        total = stats.get(name + "_sum")
-        squares = stats.get(name + "_ssq")
-        count = stats.get(name + "_count")
-        if not self.frozen and self.training:
-            flat = value.reshape(-1, *total.shape).to(total.dtype)
-            decay = self.decay
-            total.mul_(decay).add_(flat.sum(0))
-            squares.mul_(decay).add_(flat.pow(2).sum(0))
-            count.mul_(decay).add_(flat.shape[0])
-        # a count of shape (1,) (older layouts) must not add a dim to scalar entries
-        count = count.reshape(())
-        mean = total / count
-        std = (squares / count - mean.pow(2)).clamp_min(self.eps).sqrt()
-        out = (value - mean) / std
-        return out.to(value.dtype) if value.is_floating_point() else out
-
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        lock = self.__dict__["lock"]
-        batch_dims = next_tensordict.batch_dims
-        with lock:
-            for key, out_key in zip(self.in_keys, self.out_keys):
-                value = next_tensordict.get(key, None)
-                if value is None:
-                    continue
-                self._ensure_stats(key, value.shape[batch_dims:], value.dtype, value.device)
-                next_tensordict.set(out_key, self._normalize(key, value, batch_dims))
-        return next_tensordict
-
-    def _reset(
-        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
-    ) -> TensorDictBase:
-        return self._call(tensordict_reset)
-
-    def freeze(self) -> VecNorm:
-        """Stop updating the statistics (they are still applied); returns self."""
-        self.frozen = True
-        return self
-
-    def unfreeze(self) -> VecNorm:
-        """Resume updating the statistics; returns self."""
-        self.frozen = False
-        return self
-
-    def frozen_copy(self) -> VecNorm:
-        """A frozen clone with its own copy of the current statistics."""
-        copy = self.clone()
-        copy.__dict__["_td"] = self.__dict__["_td"].clone()
-        if copy.__dict__["_td"].device is None or copy.__dict__["_td"].device.type == "cpu":
-            copy.__dict__["_td"].share_memory_()
-        copy.__dict__["lock"] = multiprocessing.Lock()
-        return copy.freeze()
-
-    def _mean_std(self, key: NestedKey) -> tuple[torch.Tensor, torch.Tensor]:
-        name = _key_name(key)
-        stats = self.__dict__["_td"]
-        if name + "_sum" not in stats.keys():
-            raise RuntimeError(f"VecNorm: no statistics for key {key!r} yet (no data seen)")
-        count = stats.get(name + "_count").reshape(())
-        mean = stats.get(name + "_sum") / count
-        std = (stats.get(name + "_ssq") / count - mean.pow(2)).clamp_min(self.eps).sqrt()
-        return mean, std
-
-    @property
-    def loc(self) -> TensorDict:
-        """The running means, one entry per in_key."""
-        return TensorDict({key: self._mean_std(key)[0] for key in self.in_keys}, [])
-
-    @property
-    def scale(self) -> TensorDict:
-        """The running standard deviations, one entry per in_key."""
-        return TensorDict({key: self._mean_std(key)[1] for key in self.in_keys}, [])
-
-    @property
-    def standard_normal(self) -> bool:
-        """Always True: values are mapped with ``(value - loc) / scale``."""
-        return True
-
-    def to_observation_norm(self) -> ObservationNorm | Compose:
-        """A static ObservationNorm (a Compose of them for several keys) with the current stats."""
-        norms = []
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            mean, std = self._mean_std(in_key)
-            norms.append(
-                ObservationNorm(
-                    loc=mean.clone(),
-                    scale=std.clone(),
-                    in_keys=[in_key],
-                    out_keys=[out_key],
-                    standard_normal=True,
-                    eps=self.eps,
-                )
-            )
-        return norms[0] if len(norms) == 1 else Compose(*norms)
-
-    @staticmethod
-    def build_td_for_shared_vecnorm(
-        env: Any, keys: Sequence[NestedKey] | None = None, memmap: bool = False
-    ) -> TensorDictBase:
-        """A shared-memory (or memory-mapped) statistics TensorDict for ``keys`` of ``env``.
-
-        Pass it as ``shared_td`` to the VecNorm of every env (process) that should
-        share statistics.
-        """
-        keys = ["observation", "reward"] if keys is None else list(keys)
-        batch_dims = len(env.batch_size)
-        entries = {}
-        for key in keys:
-            spec = None
-            for sub in (env.full_observation_spec, env.full_reward_spec):
-                if key in sub.keys(True, True):
-                    spec = sub[key]
-            if spec is None:
-                raise KeyError(
-                    f"VecNorm.build_td_for_shared_vecnorm: key {key!r} is not an observation or "
-                    f"reward key of the env; available keys: "
-                    f"{[*env.observation_keys, *env.reward_keys]}"
-                )
-            dtype = spec.dtype if spec.dtype.is_floating_point else torch.get_default_dtype()
-            shape = spec.shape[batch_dims:]
-            name = _key_name(key)
-            entries[name + "_sum"] = torch.zeros(shape, dtype=dtype)
-            entries[name + "_ssq"] = torch.zeros(shape, dtype=dtype)
-            entries[name + "_count"] = torch.zeros((), dtype=dtype)
-        td = TensorDict(entries, [])
-        return td.memmap_() if memmap else td.share_memory_()
-
-    def get_extra_state(self) -> dict:
-        """The statistics as a flat dict of tensors (part of ``state_dict()``)."""
-        return {key: value.clone() for key, value in self.__dict__["_td"].items()}
-
-    def set_extra_state(self, state: dict) -> None:
-        """Restore statistics saved by :meth:`get_extra_state`, in place where they exist."""
-        if isinstance(state, dict) and "td" in state:
-            state = state["td"] or {}
-        stats = self.__dict__["_td"]
-        for key, value in state.items():
-            current = stats.get(key, None)
-            if current is not None and current.shape == value.shape:
-                current.copy_(value)
-            else:
-                stats.set(key, value.clone().share_memory_())
-
-    # ------------------------------------------------------------------ specs
-    def transform_output_spec(self, output_spec: Any) -> Any:
-        """Make the normalised entries unbounded and allocate their statistics."""
-        output_spec = super().transform_output_spec(output_spec)
-        batch_dims = len(output_spec.shape)
-
-        def allocate(spec: Any, key: NestedKey) -> Any:
-            self._ensure_stats(key, spec.shape[batch_dims:], spec.dtype, spec.device)
-            dtype = spec.dtype if spec.dtype.is_floating_point else torch.get_default_dtype()
-            return Unbounded(shape=spec.shape, device=spec.device, dtype=dtype)
-
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            map_output_specs(
-                self, output_spec, [in_key], [out_key], lambda spec, k=in_key: allocate(spec, k)
-            )
-        return output_spec
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        if get_spawning_popen() is None:
-            # locks only travel to processes being spawned; a fresh one is made on load
-            state["lock"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        if self.__dict__.get("lock") is None:
-            self.__dict__["lock"] = multiprocessing.Lock()
-
-    def __repr__(self) -> str:
-        return (
-            f"VecNorm(in_keys={self.in_keys}, out_keys={self.out_keys}, decay={self.decay}, "
-            f"eps={self.eps}, frozen={self.frozen})"
         )

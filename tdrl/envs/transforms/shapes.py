@@ -125,16 +125,20 @@ class FlattenObservation(_ShapeTransform):
 class UnsqueezeTransform(_ShapeTransform):
     """Inserts a singleton dim in entries (and removes it on the inverse path).
 
+    Dims index the whole entry, env batch dims included, as ``torch.unsqueeze`` does:
+    negative values count from the end, non-negative ones (with
+    ``allow_positive_dim=True``) from the first dim. The inverse path removes the dim
+    only where it has size 1 (as ``torch.squeeze(dim)`` does).
+
     Args:
-        dim: where to insert the dim; negative values count from the end.
+        dim: where to insert the dim.
         in_keys: output entries to unsqueeze.
         out_keys: where to write the results (default: in place).
         in_keys_inv: input entries the base env expects without the dim.
         out_keys_inv: their outside names (default: ``in_keys_inv``).
 
     Keyword Args:
-        allow_positive_dim: accept a non-negative ``dim``, counted from the first dim
-            after the env batch dims.
+        allow_positive_dim: accept a non-negative ``dim``.
 
     Examples:
         >>> from tdrl.envs import GymEnv, TransformedEnv, UnsqueezeTransform, check_env_specs
@@ -158,57 +162,38 @@ class UnsqueezeTransform(_ShapeTransform):
     ) -> None:
         if dim is None:
             raise TypeError(f"{type(self).__name__}: the dim argument is required")
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"{type(self).__name__} dim: expected an int, got {dim!r}")
         if dim >= 0 and not allow_positive_dim:
             raise ValueError(
                 f"{type(self).__name__} dim: expected a negative dim (counted from the end), "
-                f"got {dim}; pass allow_positive_dim=True to count from the first feature dim"
+                f"got {dim}; pass allow_positive_dim=True to count from the first dim"
             )
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.dim = dim
-        self._batch_ndim = 0
+        self.allow_positive_dim = allow_positive_dim
 
-    def _unsqueeze(self, value: torch.Tensor, batch_ndim: int) -> torch.Tensor:
-        return value.unsqueeze(self.dim + batch_ndim if self.dim >= 0 else self.dim)
+    def _unsqueeze(self, value: torch.Tensor) -> torch.Tensor:
+        return value.unsqueeze(self.dim)
 
-    def _squeeze(self, value: torch.Tensor, batch_ndim: int) -> torch.Tensor:
-        dim = self.dim + batch_ndim if self.dim >= 0 else self.dim
-        if value.shape[dim] != 1:
-            raise ValueError(
-                f"{type(self).__name__}: expected size 1 at dim {self.dim} to squeeze, got "
-                f"shape {tuple(value.shape)}"
-            )
-        return value.squeeze(dim)
+    def _squeeze(self, value: torch.Tensor) -> torch.Tensor:
+        return value.squeeze(self.dim)
 
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         if self._inverse_op:
-            return self._squeeze(value, self._batch_ndim)
-        return self._unsqueeze(value, self._batch_ndim)
+            return self._squeeze(value)
+        return self._unsqueeze(value)
 
     def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         if self._inverse_op:
-            return self._unsqueeze(value, self._batch_ndim)
-        return self._squeeze(value, self._batch_ndim)
-
-    def _spec_op(self, spec: Any, squeeze: bool) -> Any:
-        if squeeze:
-            return _reshaped(spec, lambda t: self._squeeze(t, self._batch_ndim))
-        return _reshaped(spec, lambda t: self._unsqueeze(t, self._batch_ndim))
+            return self._unsqueeze(value)
+        return self._squeeze(value)
 
     def _transform_spec(self, spec: Any) -> Any:
-        return self._spec_op(spec, self._inverse_op)
+        return _reshaped(spec, self._apply_transform)
 
     # the outside spec of an input entry is the inner one seen through the forward op
     _inv_transform_spec = _transform_spec
-
-    def transform_output_spec(self, output_spec: Any) -> Any:
-        """Reshape the ``in_keys`` entries, writing ``out_keys``."""
-        self._batch_ndim = len(output_spec.shape)
-        return super().transform_output_spec(output_spec)
-
-    def transform_input_spec(self, input_spec: Any) -> Any:
-        """Give the ``in_keys_inv`` entries their outside shape under ``out_keys_inv``."""
-        self._batch_ndim = len(input_spec.shape)
-        return super().transform_input_spec(input_spec)
 
     def __repr__(self) -> str:
         return (
@@ -221,7 +206,9 @@ class UnsqueezeTransform(_ShapeTransform):
 class SqueezeTransform(UnsqueezeTransform):
     """Removes a singleton dim from entries (and inserts it back on the inverse path).
 
-    Takes the same arguments as :class:`UnsqueezeTransform`.
+    Takes the same arguments as :class:`UnsqueezeTransform`; dims index the whole
+    entry. Like ``torch.squeeze(dim)``, an entry whose ``dim`` is not of size 1 is
+    left as it is.
 
     Examples:
         >>> from tdrl.envs import GymEnv, SqueezeTransform, TransformedEnv, check_env_specs
@@ -266,8 +253,8 @@ class PermuteTransform(_ShapeTransform):
         dims = [int(d) for d in dims]
         if sorted(dims) != list(range(-len(dims), 0)):
             raise ValueError(
-                "PermuteTransform dims: expected a permutation of "
-                f"{list(range(-len(dims), 0))}, got {dims}"
+                "PermuteTransform dims: Only tailing dims with negative indices can be permuted: "
+                f"expected a permutation of {list(range(-len(dims), 0))}, got {dims}"
             )
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.dims = dims

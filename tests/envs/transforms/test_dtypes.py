@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Composite, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     DeviceCastTransform,
     DoubleToFloat,
@@ -74,6 +74,33 @@ def test_double_to_float_all_keys_on_data():
     assert out["a"].dtype == torch.float32 and out["b"].dtype == torch.int64
 
 
+def test_double_to_float_without_keys_inverts_every_float_entry_of_data():
+    # no keys and no env: the inverse casts every float32 entry back to float64
+    td = TensorDict({"a": torch.zeros(1), "n": torch.zeros(1, dtype=torch.int64)}, [])
+    back = DoubleToFloat().inv(td)
+    assert back["a"].dtype == torch.float64 and back["n"].dtype == torch.int64
+    assert td["a"].dtype == torch.float32  # the input is left as it was
+    # in an env, the keys come from the specs: float32 inputs the env does not expect in
+    # float64 are left alone
+    env = TransformedEnv(CountingEnv(), DoubleToFloat())
+    assert env.transform.in_keys_inv == []
+    assert env.transform.inv(TensorDict({"action": torch.zeros(1)}, []))["action"].dtype == (
+        torch.float32
+    )
+
+
+def test_double_to_float_observation_spec_hook():
+    spec = Composite(
+        a=Bounded(0.0, 1.0, (3,), dtype=torch.float64), b=Unbounded((2,), dtype=torch.float64)
+    )
+    keyed = DoubleToFloat(in_keys=["a"]).transform_observation_spec(spec.clone())
+    assert keyed["a"].dtype == torch.float32 and keyed["b"].dtype == torch.float64
+    every = DoubleToFloat().transform_observation_spec(spec.clone())
+    assert every["a"].dtype == every["b"].dtype == torch.float32
+    leaf = DoubleToFloat(in_keys=["a"]).transform_observation_spec(spec["a"].clone())
+    assert leaf.dtype == torch.float32 and isinstance(leaf, Bounded)
+
+
 def test_dtype_cast_on_gym(pendulum):
     env = TransformedEnv(
         pendulum,
@@ -117,6 +144,31 @@ def test_device_cast_cpu_roundtrip(pendulum):
     check_env_specs(keyed)
     data = DeviceCastTransform("cpu")(TensorDict({"a": torch.ones(1)}, []))
     assert data.device == torch.device("cpu")
+
+
+def test_device_cast_some_entries_leaves_data_without_device():
+    # "cpu:1" is a device of its own for tensordicts, which is enough to mix devices on a CPU
+    partial = DeviceCastTransform(
+        "cpu:1", "cpu:0", in_keys=["a"], out_keys=["b"], in_keys_inv=["c"], out_keys_inv=["d"]
+    )
+    td = TensorDict({"a": torch.zeros(()), "d": torch.zeros(())}, [], device="cpu:0")
+    assert partial._call(td.clone()).device is None
+    outside = TensorDict({"d": torch.zeros(())}, [], device="cpu:1")
+    assert partial._inv_call(outside).device is None  # "c" went back to cpu:0
+    # the inverse skips entries the data lack (a reset input carries no action)
+    assert partial._inv_call(TensorDict({"a": torch.zeros(())}, [], device="cpu:0")).device == (
+        torch.device("cpu:0")
+    )
+    env = TransformedEnv(
+        CountingEnv(device="cpu:0"),
+        DeviceCastTransform("cpu:1", in_keys=["observation"], in_keys_inv=["action"]),
+    )
+    assert env.device is None
+    assert env.transform.orig_device == torch.device("cpu:0")
+    check_env_specs(env)
+    whole = TransformedEnv(CountingEnv(device="cpu:0"), DeviceCastTransform("cpu:1"))
+    assert whole.device == torch.device("cpu:1")
+    assert whole.reset().device == torch.device("cpu:1")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -112,8 +112,11 @@ def test_catframes_clones_share_buffers():
     clone = transform.clone()
     env = TransformedEnv(CountingEnv(), transform)
     env.rollout(3)
-    assert clone._frames_0 is transform._frames_0
-    assert _frames(TensorDict({"observation": clone._frames_0}, [])).tolist() == [2.0, 3.0]
+    assert clone._cat_buffers_observation is transform._cat_buffers_observation
+    assert _frames(TensorDict({"observation": clone._cat_buffers_observation}, [])).tolist() == [
+        2.0,
+        3.0,
+    ]
 
 
 def test_catframes_state_dict_round_trip():
@@ -122,7 +125,9 @@ def test_catframes_state_dict_round_trip():
     state = env.transform.state_dict()
     fresh = CatFrames(3, dim=-1, in_keys=["observation"])
     fresh.load_state_dict(state)
-    torch.testing.assert_close(fresh._frames_0, env.transform._frames_0)
+    torch.testing.assert_close(
+        fresh._cat_buffers_observation, env.transform._cat_buffers_observation
+    )
 
 
 def test_catframes_argument_errors():
@@ -132,10 +137,11 @@ def test_catframes_argument_errors():
         CatFrames(2, dim=-1, padding="reflect")
     with pytest.raises(ValueError, match="positive"):
         CatFrames(0, dim=-1)
-    with pytest.raises(RuntimeError, match="replay buffer"):
-        TransformedEnv(
-            CountingEnv(), CatFrames(2, dim=-1, in_keys=["observation"], as_inverse=True)
-        )
+    env = TransformedEnv(
+        CountingEnv(), CatFrames(2, dim=-1, in_keys=["observation"], as_inverse=True)
+    )
+    with pytest.raises(RuntimeError, match="only for replay buffers"):
+        env.reset()
 
 
 def test_catframes_step_before_reset_mismatch():
@@ -151,7 +157,7 @@ def _trajectories() -> TensorDict:
     """Two trajectories in one sequence: steps 0-2 then 3-5; obs = step index + 1."""
     obs = torch.arange(1.0, 7.0).unsqueeze(-1)
     done = torch.tensor([0, 0, 1, 0, 0, 1], dtype=torch.bool).unsqueeze(-1)
-    return TensorDict({"obs": obs, "next": {"obs": obs + 10, "done": done}}, [6])
+    return TensorDict({"obs": obs, "next": {"obs": obs + 10, "done": done}}, [6], names=["time"])
 
 
 def test_catframes_forward_same_padding_respects_trajectories():
@@ -190,7 +196,8 @@ def test_catframes_forward_matches_env_rollout():
 
 def test_catframes_forward_images_batched():
     frames = torch.rand(2, 5, 1, 4, 4)
-    td = TensorDict({"pixels": frames}, [2, 5])
+    done = torch.zeros(2, 5, 1, dtype=torch.bool)
+    td = TensorDict({"pixels": frames, ("next", "done"): done}, [2, 5], names=[None, "time"])
     out = CatFrames(2, dim=-3)(td)["pixels"]
     assert out.shape == (2, 5, 2, 4, 4)
     torch.testing.assert_close(out[:, 1:, 0], frames[:, :-1, 0])
@@ -246,6 +253,7 @@ def test_time_max_pool_forward():
             "next": {"done": torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.bool)},
         },
         [6],
+        names=["time"],
     )
     out = TimeMaxPool(in_keys=["x"], out_keys=["m"], T=2)(td)
     assert out["m"].tolist() == [3.0, 3.0, 2.0, 0.0, 5.0, 5.0]
@@ -258,8 +266,8 @@ def test_missing_keys_raise_unless_tolerated():
     with pytest.raises(KeyError, match="'obs'"):
         transform._call(TensorDict({"x": torch.zeros(2)}, []))
     with pytest.raises(KeyError, match="'obs'"):
-        transform(TensorDict({"x": torch.zeros(3, 2)}, [3]))
+        transform(TensorDict({"x": torch.zeros(3, 2)}, [3], names=["time"]))
     transform.set_missing_tolerance(True)
-    assert "obs" not in transform(TensorDict({"x": torch.zeros(3, 2)}, [3])).keys()
+    assert "obs" not in transform(TensorDict({"x": torch.zeros(3, 2)}, [3], names=["time"])).keys()
     with pytest.raises(KeyError, match="'obs'"):
-        TimeMaxPool(in_keys=["obs"])(TensorDict({"x": torch.zeros(3, 2)}, [3]))
+        TimeMaxPool(in_keys=["obs"])(TensorDict({"x": torch.zeros(3, 2)}, [3], names=["time"]))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Composite, Unbounded
+from tdrl.data import Bounded, Composite, LazyTensorStorage, ReplayBuffer, Unbounded
 from tdrl.envs import (
     CatFrames,
     CenterCrop,
@@ -142,6 +142,37 @@ def test_resize_env_output_stays_in_spec():
     assert out.max() <= 1.0  # antialiasing rounding is clamped to the spec bounds
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_resize_same_values_in_env_and_replay_buffer(mode):
+    # a sharp edge makes bicubic overshoot; a constant image makes antialiasing round up
+    env = TransformedEnv(ImageEnv(40, 40), Compose(ToTensorImage(), Resize(7, 9, mode)))
+    check_env_specs(env)
+    rollout = env.rollout(4)
+    edge = torch.zeros(40, 40, 3, dtype=torch.uint8)
+    edge[:, 20:] = 255
+    frames = [edge, torch.full((40, 40, 3), 255, dtype=torch.uint8)]
+    in_env = [
+        env.transform._reset(TensorDict(), TensorDict({"pixels": f}, []))["pixels"] for f in frames
+    ]
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), transform=Compose(ToTensorImage(), Resize(7, 9, mode))
+    )
+    rb.extend(TensorDict({"pixels": torch.stack(frames)}, [2]))
+    from_buffer = rb[:]["pixels"]
+    for index, expected in enumerate(in_env):
+        assert torch.equal(from_buffer[index], expected)
+        assert 0.0 <= expected.min() and expected.max() <= 1.0
+    raw = F.interpolate(
+        ToTensorImage()(TensorDict({"p": edge}, []).rename_key_("p", "pixels"))["pixels"][None],
+        size=(7, 9),
+        mode=mode,
+        antialias=True,
+    )
+    if mode == "bicubic":
+        assert raw.max() > 1.0  # the overshoot the clamp removes
+    assert rollout["next", "pixels"].shape == (4, 3, 7, 9)
+
+
 # ------------------------------------------------------------------ crops
 def test_crop_and_center_crop():
     image = torch.arange(2 * 6 * 8.0).reshape(2, 1, 6, 8)
@@ -217,3 +248,14 @@ def test_cartpole_pixel_pipeline_in_serial_env():
         check_env_specs(env)
     finally:
         env.close()
+
+
+def test_spec_hooks_take_a_leaf_spec_or_a_composite():
+    pixels = Bounded(0, 255, (16, 16, 3), dtype=torch.uint8)
+    leaf = ToTensorImage(in_keys=["pixels"]).transform_observation_spec(pixels.clone())
+    assert leaf.shape == (3, 16, 16) and bool((leaf.high == 1).all())
+    composite = Composite(a=pixels.clone(), b=pixels.clone())
+    mapped = ToTensorImage(in_keys=["a"]).transform_observation_spec(composite)
+    assert mapped["a"].shape == (3, 16, 16) and mapped["b"].shape == (16, 16, 3)
+    stacked = CatFrames(2, dim=-3, in_keys=["a"]).transform_observation_spec(leaf)
+    assert stacked.shape == (6, 16, 16)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     Compose,
     FiniteTensorDictCheck,
@@ -83,7 +83,7 @@ def test_observation_norm_init_stats(pendulum):
     assert norm.initialized and norm.loc.shape == (3,) and norm.scale.shape == (3,)
     assert isinstance(env.observation_spec["observation"], Bounded)
     check_env_specs(env)
-    with pytest.raises(RuntimeError, match="already set"):
+    with pytest.raises(RuntimeError, match="already initialized"):
         norm.init_stats(10)
 
 
@@ -106,8 +106,48 @@ def test_observation_norm_init_stats_errors():
     TransformedEnv(CountingEnv(max_steps=100), Compose(first, second))
     with pytest.raises(RuntimeError, match="preceding ObservationNorm"):
         second.init_stats(10)
-    with pytest.raises(RuntimeError, match="key"):
+    with pytest.raises(RuntimeError, match="multiple in_keys.*pass key="):
         ObservationNorm(in_keys=["a", "b"]).init_stats(10)
+    # arguments are checked first, whatever the state of the transform
+    given = ObservationNorm(loc=0.0, scale=1.0)
+    with pytest.raises(ValueError, match="cat_dim must be part of or equal to reduce_dim"):
+        given.init_stats(10, cat_dim=1)
+    with pytest.raises(
+        ValueError, match="cat_dim must be part of.*cat_dim=2 with reduce_dim=\\(0, 1\\)"
+    ):
+        given.init_stats(10, cat_dim=2, reduce_dim=(0, 1))
+    with pytest.raises(
+        ValueError, match="cat_dim must be specified if reduce_dim is not an integer"
+    ):
+        given.init_stats(10, reduce_dim=(0, 1))
+
+
+def test_observation_norm_maps_leaf_and_composite_specs():
+    norm = ObservationNorm(loc=1.0, scale=2.0, in_keys=["x"], standard_normal=True)
+    leaf = norm.transform_observation_spec(Bounded(0.0, 1.0, (3,)))
+    assert leaf.low.tolist() == [-0.5] * 3 and leaf.high.tolist() == [0.0] * 3
+    composite = norm.transform_observation_spec(
+        Composite(x=Bounded(0.0, 1.0, (3,)), y=Bounded(0.0, 1.0, (3,)))
+    )
+    assert composite["x"].low.tolist() == [-0.5] * 3
+    assert composite["y"].low.tolist() == [0.0] * 3  # not an in_key
+    # in an env, the entry may be a reward as well as an observation
+    env = TransformedEnv(
+        CountingEnv(), ObservationNorm(loc=1.0, scale=2.0, in_keys=["observation", "reward"])
+    )
+    assert isinstance(env.full_reward_spec["reward"], Unbounded)
+    check_env_specs(env)
+
+
+def test_observation_norm_keys_the_env_lacks():
+    norm = ObservationNorm(in_keys=["observation", "extra"], standard_normal=True)
+    env = TransformedEnv(CountingEnv(max_steps=100), norm)
+    assert "extra" not in env.observation_spec.keys()
+    torch.manual_seed(0)
+    norm.init_stats(12, key="observation")
+    assert norm.loc.shape == (4,)
+    with pytest.raises(KeyError, match="'extra'"):
+        env.rollout(2)
 
 
 def test_observation_norm_clones_share_initialised_stats():
@@ -178,15 +218,23 @@ def test_vecnorm_partial_reset_batched(cartpole2):
     assert vecnorm._td["observation_count"].item() > 0
 
 
-def test_vecnorm_clones_share_stats_and_frozen_copy_does_not():
+def test_vecnorm_clones_and_frozen_copy_follow_the_shared_stats():
     vecnorm = VecNorm(in_keys=["observation"])
+    with pytest.raises(RuntimeError, match="Make sure the VecNorm has been initialized"):
+        vecnorm.frozen_copy()
     env = TransformedEnv(CountingEnv(max_steps=100), vecnorm)
     clone = vecnorm.clone()
     frozen = vecnorm.frozen_copy()
     env.rollout(5)
     assert clone._td is vecnorm._td
-    assert frozen.frozen and frozen._td["observation_count"].item() == 0.0
-    assert vecnorm._td["observation_count"].item() > 0
+    # the frozen copy reads the statistics the original keeps updating, and updates nothing
+    assert frozen.frozen and frozen._td["observation_count"].item() > 0
+    td = TensorDict({"observation": torch.full((4,), 3.0)}, [])
+    counts = vecnorm._td["observation_count"].clone()
+    torch.testing.assert_close(
+        frozen(td.clone())["observation"], vecnorm.to_observation_norm()(td)["observation"]
+    )
+    assert torch.equal(vecnorm._td["observation_count"], counts)
     static = vecnorm.to_observation_norm()
     assert isinstance(static, ObservationNorm) and static.standard_normal
 
@@ -203,6 +251,27 @@ def test_vecnorm_state_dict_round_trip(tmp_path):
     target.load_state_dict(torch.load(path, weights_only=True))
     assert torch.equal(target._td["observation_sum"], source._td["observation_sum"])
     assert target._td["observation_sum"] is shared and shared.is_shared()
+
+
+def test_vecnorm_nested_keys_state_dict_and_denorm():
+    vecnorm = VecNorm(in_keys=["a", ("b", "c")], out_keys=["a_n", ("b", "c_n")], decay=1.0)
+    with pytest.warns(UserWarning, match="uninitialized VecNorm"):
+        empty = vecnorm.state_dict()
+    data = TensorDict({"a": torch.randn(5, 2), ("b", "c"): torch.randn(5, 3)}, [5])
+    out = vecnorm(data.clone())
+    # statistics of nested keys sit next to them
+    assert ("b", "c_sum") in vecnorm._td.keys(True, True)
+    state = vecnorm.state_dict()["_extra_state"]
+    assert f"b{VecNorm.SEP}c_ssq" in state
+    restored = vecnorm.denorm(out.exclude("a", ("b", "c")))
+    torch.testing.assert_close(restored["a"], data["a"], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(restored["b", "c"], data["b", "c"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(KeyError, match="Could not find a tensordict"):
+        vecnorm.load_state_dict(empty)
+    fresh = VecNorm(in_keys=["a", ("b", "c")], out_keys=["a_n", ("b", "c_n")])
+    with pytest.warns(UserWarning, match="VecNorm wasn't initialized"):
+        fresh.load_state_dict(vecnorm.state_dict())
+    assert fresh._td["b", "c_count"].item() == 5.0 and fresh._td["a_sum"].is_shared()
 
 
 def test_vecnorm_missing_key_and_bad_arguments():

@@ -62,7 +62,9 @@ def test_permute_inverse_and_bounds():
     assert torch.equal(t.inv(TensorDict({"y": x.T}, []))["y"], x)
     spec = Bounded(torch.arange(6.0).reshape(2, 3), torch.arange(6.0).reshape(2, 3) + 1)
     assert torch.equal(t._transform_spec(spec).low, spec.low.T)
-    with pytest.raises(ValueError, match="permutation"):
+    with pytest.raises(
+        ValueError, match="negative indices.*permutation of \\[-2, -1\\], got \\[-1, 0\\]"
+    ):
         PermuteTransform([-1, 0])
 
 
@@ -111,8 +113,44 @@ def test_unsqueeze_positive_dim_and_errors():
         UnsqueezeTransform(in_keys=["x"])
     t = UnsqueezeTransform(0, in_keys=["x"], allow_positive_dim=True)
     assert t(TensorDict({"x": torch.zeros(3)}, []))["x"].shape == (1, 3)
-    with pytest.raises(ValueError, match="size 1"):
-        SqueezeTransform(-1, in_keys=["x"])(TensorDict({"x": torch.zeros(3)}, []))
+    with pytest.raises(TypeError, match="expected an int, got 1.5"):
+        UnsqueezeTransform(1.5, in_keys=["x"])
+
+
+def test_squeeze_leaves_dims_not_of_size_one():
+    # as torch.squeeze(dim): only a dim of size 1 is removed, in data and in specs
+    t = SqueezeTransform(-1, in_keys=["x"])
+    assert t(TensorDict({"x": torch.zeros(3)}, []))["x"].shape == (3,)
+    assert t(TensorDict({"x": torch.zeros(3, 1)}, []))["x"].shape == (3,)
+    assert t._transform_spec(Bounded(-1.0, 1.0, (3,))).shape == (3,)
+    assert t._transform_spec(Bounded(-1.0, 1.0, (3, 1))).shape == (3,)
+    inverse = UnsqueezeTransform(-2, in_keys_inv=["a"])
+    assert inverse.inv(TensorDict({"a": torch.zeros(2, 5, 4)}, [2]))["a"].shape == (2, 5, 4)
+    assert inverse.inv(TensorDict({"a": torch.zeros(2, 1, 4)}, [2]))["a"].shape == (2, 4)
+
+
+def test_positive_dims_index_the_whole_entry_batch_dims_included():
+    td = TensorDict({"x": torch.zeros(2, 4, 3)}, [2])
+    unsqueeze = UnsqueezeTransform(1, in_keys=["x"], allow_positive_dim=True)
+    assert unsqueeze(td.clone())["x"].shape == (2, 1, 4, 3)
+    assert unsqueeze._transform_spec(Bounded(-1.0, 1.0, (2, 4, 3))).shape == (2, 1, 4, 3)
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        # inserted among the batch dims of a batch-size (2, 4) tensordict
+        unsqueeze(TensorDict({"x": torch.zeros(2, 4, 3)}, [2, 4]))
+    squeeze = SqueezeTransform(2, in_keys=["x"], in_keys_inv=["y"], allow_positive_dim=True)
+    squeezed = squeeze(TensorDict({"x": torch.zeros(2, 4, 1, 3)}, [2]))
+    assert squeezed["x"].shape == (2, 4, 3)
+    assert squeeze.inv(TensorDict({"y": torch.zeros(2, 4, 3)}, [2]))["y"].shape == (2, 4, 1, 3)
+
+
+def test_positive_dim_in_an_env_counts_the_env_batch_dims():
+    env = TransformedEnv(
+        CountingEnv(batch_size=(2,)),
+        UnsqueezeTransform(1, in_keys=["observation"], allow_positive_dim=True),
+    )
+    assert env.observation_spec["observation"].shape == (2, 1, 4)
+    check_env_specs(env)
+    assert env.reset()["observation"].shape == (2, 1, 4)
 
 
 def test_batch_size_transform_on_stateless_env():
