@@ -14,40 +14,17 @@ from tdrl.data import Categorical, Composite
 from tdrl.envs import _partial
 from tdrl.envs import rollout as _rollout
 from tdrl.envs._checks import check_inputs, check_outputs
-from tdrl.envs._done import (
-    check_done_after_reset,
-    complete_done_data,
-    complete_done_spec,
-    fill_missing_done,
-)
+from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_missing_done
 from tdrl.envs._env_keys import EnvKeys
-from tdrl.envs._keys import (
-    DoneCompletion,
-    SpecCache,
-    done_flag_key,
-    group_done_keys,
-    leaf_keys,
-    reset_key_for,
-)
-from tdrl.envs._step_mdp import (
-    excluded_set,
-    fast_get,
-    fast_set,
-    keep_preset_entries,
-    set_next,
-)
+from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
+from tdrl.envs._keys import DoneCompletion
+from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, set_next
 
 __all__ = ["EnvBase", "seed_generator"]
 
 BATCH_MISMATCH = (
     "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
 )
-SPEC_BATCH_MISMATCH = (
-    "{name} at key {key!r} has shape {got}, which does not start with the env batch size {expected}"
-)
-
-_OUTPUT_ENTRIES = ("full_observation_spec", "full_reward_spec", "full_done_spec")
-_INPUT_ENTRIES = ("full_action_spec", "full_state_spec")
 
 
 def seed_generator(seed: int) -> int:
@@ -74,19 +51,36 @@ def _default_done_spec(batch_size: torch.Size, device: Any) -> Composite:
     return Composite(done=leaf, terminated=leaf.clone(), shape=batch_size, device=device)
 
 
-def _leaf_or_composite(full: Composite, keys: list) -> Any:
-    if len(keys) == 1:
-        return full[keys[0]]
-    return full
+def _declared_specs(cls: type) -> tuple[Composite, Composite] | None:
+    """The class-level ``(_output_spec, _input_spec)`` of an env class, if it declares them."""
+    output_spec = getattr(cls, "_output_spec", None)
+    input_spec = getattr(cls, "_input_spec", None)
+    if output_spec is None and input_spec is None:
+        return None
+    batch_size = (output_spec if output_spec is not None else input_spec).shape
+    if output_spec is None:
+        output_spec = Composite(shape=batch_size)
+    if input_spec is None:
+        input_spec = Composite(shape=batch_size)
+    for name, spec in (("_output_spec", output_spec), ("_input_spec", input_spec)):
+        if not isinstance(spec, Composite):
+            raise TypeError(
+                f"{cls.__name__}.{name}: a class-level spec must be a Composite, "
+                f"got {type(spec).__name__}"
+            )
+    return output_spec, input_spec
 
 
-class EnvBase(EnvKeys, nn.Module):
+class EnvBase(EnvSpecs, EnvKeys, nn.Module):
     """Base class of all tdrl environments: specs, reset / step protocol, rollouts.
 
     A subclass assigns its specs in ``__init__`` and implements ``_reset``,
     ``_step`` (returning the *next* data, not nested under ``"next"``) and
     ``_set_seed``. Everything else (done completion, partial resets and steps,
-    rollouts, random actions) is provided here.
+    rollouts, random actions) is provided here. A subclass may instead declare its
+    specs as class attributes ``_output_spec`` and ``_input_spec`` (Composites with the
+    ``full_*_spec`` entries): ``__init__`` then starts from copies of them and takes the
+    batch size from their shape when it is given none.
 
     Args:
         device: the device of the data the env reads and writes.
@@ -130,6 +124,25 @@ class EnvBase(EnvKeys, nn.Module):
 
     _batch_locked: bool = True
 
+    def __new__(cls, *args: Any, _batch_locked: bool | None = None, **kwargs: Any) -> EnvBase:
+        """Create the (uninitialised) env; the constructor arguments are for ``__init__``.
+
+        Python passes the constructor arguments to ``__new__`` as well as to ``__init__``.
+        They are accepted (and ignored) here so that a subclass may define its own
+        ``__new__``, for instance to build class-level ``_output_spec`` / ``_input_spec``
+        from its arguments (see ``__init__``), and forward everything to this one.
+
+        Args:
+            *args: the constructor's positional arguments (ignored).
+            _batch_locked: a subclass's ``__new__`` may pass False to make a
+                batch-unlocked env without adding that switch to its ``__init__``.
+            **kwargs: the constructor's keyword arguments (ignored).
+        """
+        env = super().__new__(cls)
+        if _batch_locked is not None:
+            env.__dict__["_batch_locked"] = bool(_batch_locked)
+        return env
+
     def __init__(
         self,
         *,
@@ -143,8 +156,9 @@ class EnvBase(EnvKeys, nn.Module):
     ) -> None:
         super().__init__()
         device = _parse_device(device)
+        declared = _declared_specs(type(self))
         if batch_size is None:
-            batch_size = ()
+            batch_size = declared[0].shape if declared is not None else ()
         elif isinstance(batch_size, int):
             batch_size = (batch_size,)
         batch_size = torch.Size(batch_size)
@@ -153,7 +167,7 @@ class EnvBase(EnvKeys, nn.Module):
         self.__dict__["_spec_locked"] = spec_locked
         self.__dict__["_default_done"] = True
         class_locked = getattr(type(self), "batch_locked", None)
-        if isinstance(class_locked, bool):
+        if isinstance(class_locked, bool) and "_batch_locked" not in self.__dict__:
             # a subclass may declare ``batch_locked = False`` as a class attribute
             self.__dict__["_batch_locked"] = class_locked
         self.run_type_checks = run_type_checks
@@ -180,6 +194,9 @@ class EnvBase(EnvKeys, nn.Module):
         self.__dict__["_auto_reset_handler"] = handler
         self.__dict__["_done_completions"] = [DoneCompletion("done", "terminated")]
         self._refresh()
+        if declared is not None:
+            self.output_spec = declared[0].clone()
+            self.input_spec = declared[1].clone()
 
     # ------------------------------------------------------------------ basics
     @property
@@ -198,8 +215,8 @@ class EnvBase(EnvKeys, nn.Module):
         self.__dict__["_batch_size"] = value
         specs = {}
         for parent, names in (
-            (self._input_spec, _INPUT_ENTRIES),
-            (self._output_spec, _OUTPUT_ENTRIES),
+            (self._input_spec, INPUT_ENTRIES),
+            (self._output_spec, OUTPUT_ENTRIES),
         ):
             for name in names:
                 spec = parent[name]
@@ -212,10 +229,10 @@ class EnvBase(EnvKeys, nn.Module):
                     self._check_spec_batch(name, spec)
                 specs[name] = spec
         self.__dict__["_input_spec"] = Composite(
-            {k: specs[k] for k in _INPUT_ENTRIES}, shape=value, device=self._device
+            {k: specs[k] for k in INPUT_ENTRIES}, shape=value, device=self._device
         )
         self.__dict__["_output_spec"] = Composite(
-            {k: specs[k] for k in _OUTPUT_ENTRIES}, shape=value, device=self._device
+            {k: specs[k] for k in OUTPUT_ENTRIES}, shape=value, device=self._device
         )
         self._refresh()
 
@@ -247,216 +264,16 @@ class EnvBase(EnvKeys, nn.Module):
     def spec_locked(self, value: bool) -> None:
         self.set_spec_lock_(value)
 
+    @property
+    def is_spec_locked(self) -> bool:
+        """Alias of :attr:`spec_locked`."""
+        return self._spec_locked
+
     def set_spec_lock_(self, mode: bool = True) -> EnvBase:
         """Lock (or unlock) the specs; locking again refreshes the cached keys."""
         self.__dict__["_spec_locked"] = bool(mode)
         self._refresh()
         return self
-
-    # ------------------------------------------------------------ spec plumbing
-    def _check_spec_batch(self, name: str, spec: Any, key: Any = None) -> None:
-        batch = tuple(self._batch_size)
-        shape = tuple(spec.shape)
-        if shape[: len(batch)] != batch:
-            raise ValueError(
-                SPEC_BATCH_MISMATCH.format(
-                    name=name, key=key if key is not None else name, got=shape, expected=batch
-                )
-            )
-        if isinstance(spec, Composite):
-            for leaf_key in leaf_keys(spec):
-                leaf_shape = tuple(spec[leaf_key].shape)
-                if leaf_shape[: len(batch)] != batch:
-                    raise ValueError(
-                        SPEC_BATCH_MISMATCH.format(
-                            name=name, key=leaf_key, got=leaf_shape, expected=batch
-                        )
-                    )
-
-    def _prepare(self, name: str, spec: Any, default_key: str | None) -> Composite:
-        if spec is None:
-            spec = Composite(shape=self._batch_size, device=self._device)
-        if not isinstance(spec, Composite):
-            if default_key is None:
-                raise TypeError(f"{name} must be a Composite spec, got {type(spec).__name__}")
-            self._check_spec_batch(name, spec, default_key)
-            spec = Composite({default_key: spec}, shape=self._batch_size, device=self._device)
-        else:
-            self._check_spec_batch(name, spec)
-        if self._device is not None and spec.device != self._device:
-            spec = spec.to(self._device)
-        return spec
-
-    def _set_entry(self, parent_name: str, name: str, spec: Composite) -> None:
-        parent = self.__dict__[parent_name]
-        parent.unlock_()
-        parent[name] = spec
-        self._refresh()
-
-    def _refresh(self) -> None:
-        """Recompute the cached keys and leaf specs; relock the specs if needed."""
-        out, inp = self._output_spec, self._input_spec
-        out.unlock_()
-        inp.unlock_()
-        completions = self.__dict__.get("_done_completions", [])
-        cache = SpecCache()
-        cache.action_keys = leaf_keys(inp["full_action_spec"])
-        cache.state_keys = leaf_keys(inp["full_state_spec"])
-        cache.observation_keys = leaf_keys(out["full_observation_spec"])
-        cache.reward_keys = leaf_keys(out["full_reward_spec"])
-        cache.done_keys = leaf_keys(out["full_done_spec"])
-        groups = group_done_keys(cache.done_keys)
-        cache.done_keys_groups = [keys for _, keys in groups]
-        cache.reset_keys = [reset_key_for(prefix) for prefix, _ in groups]
-        cache.done_flag_keys = [done_flag_key(prefix, keys) for prefix, keys in groups]
-        cache.done_completions = completions
-        cache.mdp_excluded = excluded_set(cache.reward_keys)
-        cache.action_leaf = _leaf_or_composite(inp["full_action_spec"], cache.action_keys)
-        cache.reward_leaf = _leaf_or_composite(out["full_reward_spec"], cache.reward_keys)
-        cache.done_leaf = _leaf_or_composite(out["full_done_spec"], cache.done_keys)
-        self.__dict__["_cache"] = cache
-        if self._spec_locked:
-            out.lock_()
-            inp.lock_()
-
-    @property
-    def input_spec(self) -> Composite:
-        """Locked Composite with ``full_action_spec`` and ``full_state_spec``."""
-        return self._input_spec
-
-    @input_spec.setter
-    def input_spec(self, value: Composite) -> None:
-        for name in _INPUT_ENTRIES:
-            spec = value.get(name, None)
-            spec = self._prepare(name, spec, None)
-            self._input_spec.unlock_()
-            self._input_spec[name] = spec
-        self._refresh()
-
-    @property
-    def output_spec(self) -> Composite:
-        """Locked Composite with the full observation, reward and done specs."""
-        return self._output_spec
-
-    @output_spec.setter
-    def output_spec(self, value: Composite) -> None:
-        for name in _OUTPUT_ENTRIES:
-            spec = value.get(name, None)
-            if name == "full_done_spec" and spec is not None:
-                spec = self._complete_done(spec)
-            spec = self._prepare(name, spec, None)
-            self._output_spec.unlock_()
-            self._output_spec[name] = spec
-        self.__dict__["_default_done"] = False
-        self._refresh()
-
-    @property
-    def specs(self) -> Composite:
-        """A Composite holding ``output_spec`` and ``input_spec``."""
-        return Composite(
-            output_spec=self._output_spec,
-            input_spec=self._input_spec,
-            shape=self._batch_size,
-            device=self._device,
-        )
-
-    @property
-    def full_observation_spec(self) -> Composite:
-        """All observation entries."""
-        return self._output_spec["full_observation_spec"]
-
-    @full_observation_spec.setter
-    def full_observation_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_output_spec",
-            "full_observation_spec",
-            self._prepare("observation_spec", value, "observation"),
-        )
-
-    observation_spec = full_observation_spec
-
-    @property
-    def full_state_spec(self) -> Composite:
-        """All input entries that are not actions (empty for most stateful envs)."""
-        return self._input_spec["full_state_spec"]
-
-    @full_state_spec.setter
-    def full_state_spec(self, value: Composite | None) -> None:
-        self._set_entry("_input_spec", "full_state_spec", self._prepare("state_spec", value, None))
-
-    state_spec = full_state_spec
-
-    @property
-    def full_action_spec(self) -> Composite:
-        """All action entries, as a Composite."""
-        return self._input_spec["full_action_spec"]
-
-    @full_action_spec.setter
-    def full_action_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_input_spec", "full_action_spec", self._prepare("action_spec", value, "action")
-        )
-
-    @property
-    def action_spec(self) -> Any:
-        """The action leaf spec when there is a single action, the Composite otherwise."""
-        return self._cache.action_leaf
-
-    @action_spec.setter
-    def action_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.action_keys, "action")
-        self._set_entry("_input_spec", "full_action_spec", self._prepare("action_spec", value, key))
-
-    @property
-    def full_reward_spec(self) -> Composite:
-        """All reward entries, as a Composite."""
-        return self._output_spec["full_reward_spec"]
-
-    @full_reward_spec.setter
-    def full_reward_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, "reward")
-        )
-
-    @property
-    def reward_spec(self) -> Any:
-        """The reward leaf spec when there is a single reward, the Composite otherwise."""
-        return self._cache.reward_leaf
-
-    @reward_spec.setter
-    def reward_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.reward_keys, "reward")
-        self._set_entry(
-            "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, key)
-        )
-
-    @property
-    def full_done_spec(self) -> Composite:
-        """All done / terminated / truncated entries, as a Composite."""
-        return self._output_spec["full_done_spec"]
-
-    @full_done_spec.setter
-    def full_done_spec(self, value: Composite) -> None:
-        self.__dict__["_default_done"] = False
-        self._set_entry("_output_spec", "full_done_spec", self._complete_done(value))
-
-    def _complete_done(self, value: Any) -> Composite:
-        spec, completions = complete_done_spec(self._prepare("done_spec", value, "done"))
-        self.__dict__["_done_completions"] = completions
-        return spec
-
-    @property
-    def done_spec(self) -> Any:
-        """The done leaf spec when there is a single done entry, the Composite otherwise."""
-        return self._cache.done_leaf
-
-    @done_spec.setter
-    def done_spec(self, value: Any) -> None:
-        self.full_done_spec = value
-
-    @staticmethod
-    def _single_key(keys: list, default: str) -> Any:
-        return keys[0] if len(keys) == 1 else default
 
     # ---------------------------------------------------------------- protocol
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
