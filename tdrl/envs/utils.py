@@ -15,6 +15,7 @@ from tdrl.envs._partial import any_true
 from tdrl.envs._step_mdp import excluded_set, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
+from tdrl.modules.random_policy import RandomPolicy
 
 if TYPE_CHECKING:
     from tdrl.envs.common import EnvBase
@@ -162,35 +163,6 @@ def terminated_or_truncated(
         if key is not None and (level_any or write_full_false):
             data.set(from_tuple((*prefix, key)), aggregate)
     return any_done
-
-
-class RandomPolicy:
-    """A policy that writes a random sample of an action spec.
-
-    The spec is kept by reference, not copied: later in-place changes (such as an
-    action mask updated by the env at each step) are seen by the next sample.
-
-    Args:
-        action_spec: a leaf spec or a Composite of actions.
-        action_key: where a leaf spec's sample is written.
-
-    Examples:
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data import Bounded
-        >>> policy = RandomPolicy(Bounded(-1.0, 1.0, (2,)))
-        >>> policy(TensorDict())["action"].shape
-        torch.Size([2])
-    """
-
-    def __init__(self, action_spec: Any, action_key: Any = "action") -> None:
-        self.action_spec = action_spec
-        self.action_key = action_key
-
-    def __call__(self, td: TensorDictBase) -> TensorDictBase:
-        """Write a random action into ``td`` and return it."""
-        if isinstance(self.action_spec, Composite):
-            return td.update(self.action_spec.rand())
-        return td.set(self.action_key, self.action_spec.rand())
 
 
 def get_available_libraries() -> dict[str, bool]:

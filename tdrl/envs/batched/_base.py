@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
 
+from tdrl._settings import rl_warnings
 from tdrl.envs._partial import all_true
 from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
 from tdrl.envs.batched import _shared
@@ -165,7 +166,7 @@ class BatchedEnvBase(EnvBase):
             raise ValueError(
                 "use_buffers=True is impossible: the sub-env specs have dynamic (-1) dims"
             )
-        if not use_buffers:
+        if not use_buffers and rl_warnings():
             warnings.warn(DYNAMIC_WARNING.format(cls=type(self).__name__), stacklevel=2)
         self._use_buffers = use_buffers
         self._layout = (
