@@ -18,7 +18,7 @@ from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_mis
 from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion
-from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, set_next
+from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
 __all__ = ["EnvBase", "seed_generator"]
 
@@ -426,6 +426,14 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         """
         return _rollout.step_and_maybe_reset(self, tensordict)
 
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The input of the next step: ``tensordict["next"]`` merged over its root.
+
+        The rewards are left out; actions, done flags and the other root entries
+        are kept (see :func:`~tdrl.envs.utils.step_mdp` for the other choices).
+        """
+        return merge_next(tensordict, self._cache.mdp_excluded, True)
+
     def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Reset the elements of ``tensordict`` whose done flags are set, if any."""
         return _rollout.maybe_reset(self, tensordict)
@@ -527,9 +535,10 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             tensordict = TensorDict({}, batch_size=self._batch_size, device=self._device)
         else:
             shape = None if self._batch_locked else self._rand_shape(tensordict)
-        if len(cache.action_keys) == 1:
+        if len(cache.action_keys) == 1 and type(cache.action_keys[0]) is str:
             fast_set(tensordict, cache.action_keys[0], cache.action_leaf.rand(shape))
         else:
+            # nested keys: the sample carries the nested levels with their own batch dims
             tensordict.update(self.full_action_spec.rand(shape))
         return tensordict
 

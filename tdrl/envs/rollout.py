@@ -34,10 +34,6 @@ def _any_done(data: TensorDictBase, done_flag_keys: list) -> bool:
     return False
 
 
-def _step_mdp(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
-    return merge_next(tensordict, env._cache.mdp_excluded, True)
-
-
 def maybe_reset(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
     """Reset the elements of ``tensordict`` whose done flag is set; no-op when none is.
 
@@ -77,7 +73,7 @@ def step_and_maybe_reset(
         the next step (``step_mdp`` of it, reset where done).
     """
     tensordict = env.step(tensordict)
-    tensordict_ = _step_mdp(env, tensordict)
+    tensordict_ = env.step_mdp(tensordict)
     tensordict_ = maybe_reset(env, tensordict_)
     return tensordict, tensordict_
 

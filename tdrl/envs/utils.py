@@ -12,7 +12,7 @@ from tdrl.data import Composite, make_composite_from_td
 from tdrl.envs._checks import shapes_match
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
 from tdrl.envs._partial import any_true
-from tdrl.envs._step_mdp import excluded_set, merge_next
+from tdrl.envs._step_mdp import mdp_plan, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
 from tdrl.modules.random_policy import RandomPolicy
@@ -82,7 +82,8 @@ def step_mdp(
         action_keys: the action key(s).
 
     Every nesting level of the result is a new container, so updating it in
-    place never changes ``tensordict``.
+    place never changes ``tensordict``. A nested level with no entry left (all its
+    entries excluded, or none to begin with) is left out.
 
     Examples:
         >>> import torch
@@ -96,17 +97,9 @@ def step_mdp(
         >>> sorted(step_mdp(td, exclude_action=False, exclude_reward=False).keys())
         ['action', 'observation', 'reward']
     """
-    excluded = excluded_set(
-        reward_keys if exclude_reward else None,
-        done_keys if exclude_done else None,
-        action_keys if exclude_action else None,
+    excluded, kept_root = mdp_plan(
+        reward_keys, done_keys, action_keys, exclude_reward, exclude_done, exclude_action
     )
-    if exclude_action:
-        kept_root = ()
-    elif isinstance(action_keys, (str, tuple)):
-        kept_root = (action_keys,)
-    else:
-        kept_root = tuple(action_keys)
     out = merge_next(tensordict, excluded, keep_other, kept_root)
     if next_tensordict is not None:
         next_tensordict.update(out)

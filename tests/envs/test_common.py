@@ -279,6 +279,16 @@ def test_rand_action_batch_unlocked_shape():
     assert data["action"].shape == (7, 1)
 
 
+@pytest.mark.parametrize("batch_size", [(), (2,)])
+def test_rand_action_with_a_nested_action_keeps_the_group_batch_size(batch_size):
+    env = MultiAgentCountingEnv(batch_size=batch_size)
+    assert env.action_keys == [("agents", "action")]
+    for start in (None, TensorDict(batch_size=batch_size), env.reset()):
+        data = env.rand_action(start)
+        assert data["agents"].batch_size == (*batch_size, 3)
+        assert env.action_spec.is_in(data["agents", "action"])
+
+
 def test_rand_step_without_input():
     env = CountingEnv(batch_size=(2,))
     env.reset()
