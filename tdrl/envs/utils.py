@@ -107,6 +107,52 @@ def step_mdp(
     return out
 
 
+class _StepMDP:
+    """:func:`step_mdp` bound to the keys of one env, resolved once for repeated calls.
+
+    Calling it on a stepped tensordict gives what ``step_mdp`` gives with the env's
+    ``reward_keys``, ``done_keys`` and ``action_keys``, without resolving the keys at
+    each call. The keys are read at construction: build a new one after changing
+    the env's specs.
+
+    Args:
+        env: the env whose keys are used.
+        keep_other: keep the root entries that ``"next"`` does not overwrite.
+        exclude_reward: drop the reward entries.
+        exclude_done: drop the done entries.
+        exclude_action: drop the action entries.
+
+    Examples:
+        >>> from tdrl.envs import PendulumEnv
+        >>> env = PendulumEnv()
+        >>> to_next = _StepMDP(env, keep_other=False)
+        >>> sorted(to_next(env.rand_step(env.reset())).keys())
+        ['done', 'params', 'terminated', 'th', 'thdot']
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        keep_other: bool = True,
+        exclude_reward: bool = True,
+        exclude_done: bool = False,
+        exclude_action: bool = True,
+    ) -> None:
+        self.keep_other = keep_other
+        self.excluded, self.kept_root = mdp_plan(
+            env.reward_keys,
+            env.done_keys,
+            env.action_keys,
+            exclude_reward,
+            exclude_done,
+            exclude_action,
+        )
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Return the input of the next step built from ``tensordict["next"]``."""
+        return merge_next(tensordict, self.excluded, self.keep_other, self.kept_root)
+
+
 def terminated_or_truncated(
     data: TensorDictBase,
     full_done_spec: Composite | None = None,

@@ -18,6 +18,7 @@ from tdrl.envs import (
     step_mdp,
     terminated_or_truncated,
 )
+from tdrl.envs.utils import _StepMDP
 from tests.mocks import CountingEnv, EnvWithDynamicSpec, MultiAgentCountingEnv, StatelessCountingEnv
 
 
@@ -114,6 +115,33 @@ def test_step_mdp_leaves_out_nested_levels_without_entries(keep_other):
     )
     assert set(out.keys(True, True)) == {"observation", ("group", "reward")}
     assert out["group"].batch_size == (4, 3)
+
+
+@pytest.mark.parametrize("keep_other", [True, False])
+@pytest.mark.parametrize("exclude_reward", [True, False])
+@pytest.mark.parametrize("exclude_done", [True, False])
+@pytest.mark.parametrize("exclude_action", [True, False])
+def test_bound_step_mdp_matches_the_function(
+    keep_other, exclude_reward, exclude_done, exclude_action
+):
+    env = MultiAgentCountingEnv()
+    data = env.rand_step(env.reset())
+    flags = dict(
+        keep_other=keep_other,
+        exclude_reward=exclude_reward,
+        exclude_done=exclude_done,
+        exclude_action=exclude_action,
+    )
+    expected = step_mdp(
+        data,
+        reward_keys=env.reward_keys,
+        done_keys=env.done_keys,
+        action_keys=env.action_keys,
+        **flags,
+    )
+    got = _StepMDP(env, **flags)(data)
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    assert (got == expected).all()
 
 
 def test_env_step_mdp_keeps_actions_and_drops_rewards():
