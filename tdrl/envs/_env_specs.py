@@ -49,6 +49,21 @@ def _unbatched_property(name: str) -> property:
     return property(fget, fset, doc=doc)
 
 
+class _MaterializedCache:
+    """Non-data descriptor of ``EnvSpecs._cache``: built (and the specs locked) on first use.
+
+    Once built, the cache lives in the instance ``__dict__``, which Python reads before a
+    non-data descriptor, so later reads cost a plain attribute lookup. Assigning specs
+    drops it (``_invalidate``); the next read rebuilds it.
+    """
+
+    def __get__(self, env: EnvSpecs | None, owner: type) -> Any:
+        if env is None:
+            return self
+        env._refresh()
+        return env.__dict__["_cache"]
+
+
 class EnvSpecs:
     """Mixin of :class:`~tdrl.envs.EnvBase`: spec properties, their setters and the key cache.
 
@@ -67,9 +82,11 @@ class EnvSpecs:
     _batch_size: torch.Size
     _device: torch.device | None
     _spec_locked: bool
-    _cache: SpecCache
     _input_spec: Composite
     _output_spec: Composite
+
+    # The keys derived from the specs, built on first use; see _MaterializedCache.
+    _cache = _MaterializedCache()
 
     # ------------------------------------------------------------ spec plumbing
     def _check_spec_batch(self, name: str, spec: Any, key: Any = None) -> None:
@@ -109,13 +126,32 @@ class EnvSpecs:
         parent = self.__dict__[parent_name]
         parent.unlock_()
         parent[name] = spec
-        self._refresh()
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        """Drop the key cache after a spec assignment; it is rebuilt on next use."""
+        self.__dict__.pop("_cache", None)
+
+    def _materialize(self) -> None:
+        """Build the key cache (and lock the specs) if no one has used them yet."""
+        if "_cache" not in self.__dict__:
+            self._refresh()
 
     def _refresh(self) -> None:
-        """Recompute the cached keys and leaf specs; relock the specs if needed."""
+        """Recompute the cached keys and leaf specs; lock the specs if ``spec_locked``.
+
+        Until this first runs (at the first use of the env, its keys or its
+        ``input_spec`` / ``output_spec``), the spec Composites stay unlocked, so a
+        constructor may still edit them in place (``self.full_done_spec["truncated"] =
+        ...``); done levels such an edit left incomplete are completed here.
+        """
         out, inp = self._output_spec, self._input_spec
         out.unlock_()
         inp.unlock_()
+        done_spec, plan = complete_done_spec(out["full_done_spec"])
+        if done_spec is not out["full_done_spec"]:
+            out["full_done_spec"] = done_spec
+            self.__dict__["_done_completions"] = plan
         completions = self.__dict__.get("_done_completions", [])
         cache = SpecCache()
         cache.action_keys = leaf_keys(inp["full_action_spec"])
@@ -140,6 +176,7 @@ class EnvSpecs:
     @property
     def input_spec(self) -> Composite:
         """Locked Composite with ``full_action_spec`` and ``full_state_spec``."""
+        self._materialize()
         return self._input_spec
 
     @input_spec.setter
@@ -149,11 +186,12 @@ class EnvSpecs:
             spec = self._prepare(name, spec, None)
             self._input_spec.unlock_()
             self._input_spec[name] = spec
-        self._refresh()
+        self._invalidate()
 
     @property
     def output_spec(self) -> Composite:
         """Locked Composite with the full observation, reward and done specs."""
+        self._materialize()
         return self._output_spec
 
     @output_spec.setter
@@ -166,7 +204,7 @@ class EnvSpecs:
             self._output_spec.unlock_()
             self._output_spec[name] = spec
         self.__dict__["_default_done"] = False
-        self._refresh()
+        self._invalidate()
 
     @property
     def specs(self) -> Composite:
@@ -222,7 +260,7 @@ class EnvSpecs:
 
     @action_spec.setter
     def action_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.action_keys, "action")
+        key = self._single_key(leaf_keys(self.full_action_spec), "action")
         self._set_entry("_input_spec", "full_action_spec", self._prepare("action_spec", value, key))
 
     @property
@@ -243,7 +281,7 @@ class EnvSpecs:
 
     @reward_spec.setter
     def reward_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.reward_keys, "reward")
+        key = self._single_key(leaf_keys(self.full_reward_spec), "reward")
         self._set_entry(
             "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, key)
         )

@@ -87,7 +87,9 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         batch_size: the batch size of the env (leading dims of every spec).
         run_type_checks: check actions and outputs against the specs at each step.
         allow_done_after_reset: do not raise when a reset element is still done.
-        spec_locked: lock the specs; in-place edits raise, assignments are allowed.
+        spec_locked: lock the specs once the env is first used (stepped, reset, its
+            keys or ``input_spec`` / ``output_spec`` read); from then on in-place edits
+            raise and assignments through the spec setters are allowed.
         auto_reset: the env's ``_step`` resets done elements by itself; resets in
             rollouts then reuse the observations ``_step`` returned.
         auto_reset_replace: with ``auto_reset``, replace the observations of the
@@ -193,7 +195,6 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             handler = AutoResetHandler(replace=auto_reset_replace)
         self.__dict__["_auto_reset_handler"] = handler
         self.__dict__["_done_completions"] = [DoneCompletion("done", "terminated")]
-        self._refresh()
         if declared is not None:
             self.output_spec = declared[0].clone()
             self.input_spec = declared[1].clone()
@@ -234,7 +235,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         self.__dict__["_output_spec"] = Composite(
             {k: specs[k] for k in OUTPUT_ENTRIES}, shape=value, device=self._device
         )
-        self._refresh()
+        self._invalidate()
 
     @property
     def shape(self) -> torch.Size:
@@ -586,7 +587,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             self.__dict__["_device"] = device
             self.__dict__["_input_spec"] = self._input_spec.to(device)
             self.__dict__["_output_spec"] = self._output_spec.to(device)
-            self._refresh()
+            self._invalidate()
         super().to(*args, **kwargs)
         return self
 

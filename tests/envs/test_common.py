@@ -14,6 +14,7 @@ from tdrl.envs import (
     EnvMetaData,
     StepCounter,
     TransformedEnv,
+    check_env_specs,
     seed_generator,
 )
 from tests.mocks import (
@@ -84,12 +85,60 @@ def test_truncated_only_completion_data():
 
 def test_specs_locked():
     env = CountingEnv()
+    env.reset()
     with pytest.raises(RuntimeError):
         env.full_observation_spec["other"] = Unbounded((1,))
     env.set_spec_lock_(False)
     env.full_observation_spec["other"] = Unbounded((1,))
     env.set_spec_lock_(True)
     assert "other" in env.observation_keys
+
+
+class _EditsSpecsInPlace(CountingEnv):
+    """Adds entries to its specs in place in its constructor (a common subclass idiom)."""
+
+    def __init__(self):
+        super().__init__()
+        self.full_done_spec["truncated"] = self.full_done_spec["done"].clone()
+        self.full_observation_spec["extra"] = Unbounded((2,))
+        self.full_done_spec[("agent", "done")] = Categorical(2, (1,), dtype=torch.bool)
+
+    def _reset(self, tensordict=None, **kwargs):
+        return super()._reset(tensordict, **kwargs).update({"extra": torch.zeros(2)})
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict).update({"extra": torch.ones(2)})
+        out["truncated"] = torch.zeros(1, dtype=torch.bool)
+        out["agent", "done"] = out["done"].clone()
+        return out
+
+
+def test_constructor_may_edit_specs_in_place_until_first_use():
+    env = _EditsSpecsInPlace()
+    assert "extra" in env.observation_keys
+    # the nested level edited in place is completed like an assigned one
+    assert set(env.done_keys) == {
+        "done",
+        "terminated",
+        "truncated",
+        ("agent", "done"),
+        ("agent", "terminated"),
+    }
+    assert env.reset_keys == ["_reset", ("agent", "_reset")]
+    assert env.output_spec.is_locked and env.is_spec_locked
+    with pytest.raises(RuntimeError, match="locked"):
+        env.full_observation_spec["late"] = Unbounded((1,))
+    data = env.rand_step(env.reset())
+    assert data["next", "agent", "terminated"].shape == (1,)
+    check_env_specs(env)
+
+
+def test_reading_specs_locks_them_and_assignment_still_works():
+    env = CountingEnv()
+    assert env.input_spec.is_locked and env.full_action_spec.is_locked
+    env.observation_spec = Composite(observation=Unbounded((1,)), more=Unbounded((3,)))
+    assert set(env.observation_keys) == {"more", "observation"}
+    assert env.full_observation_spec.is_locked
 
 
 def test_keys_recomputed_on_assignment():
