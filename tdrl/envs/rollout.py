@@ -263,8 +263,9 @@ def _run(
 def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:
     dim = steps[0].batch_dims
     if not return_contiguous:
-        result = LazyStackedTensorDict.lazy_stack(steps, dim)
-    elif out is not None:
+        # named at construction: naming afterwards walks (and may densify) nested stacks
+        return LazyStackedTensorDict(*steps, stack_dim=dim, stack_dim_name="time")
+    if out is not None:
         result = torch.stack(steps, dim, out=out)
     else:
         try:

@@ -6,9 +6,14 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_collection
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDictBase,
+    is_tensor_collection,
+)
 
-from tdrl.data import Composite, make_composite_from_td
+from tdrl.data import Composite, Stacked, make_composite_from_td
 from tdrl.envs._checks import shapes_match
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
 from tdrl.envs._partial import any_true
@@ -318,31 +323,22 @@ def _check_data(
                     detail="declared in the specs but absent from the rollout data",
                 )
             )
-        value = data.get(key)
-        if not isinstance(value, torch.Tensor):
+        if isinstance(spec, Stacked):
+            # a heterogeneous group: one tensor per stacked element, each with its own spec
+            values = _stacked_parts(data, key, spec.dim + data.batch_dims - env_ndim)
+            if len(values) != len(spec.specs):
+                raise AssertionError(
+                    CHECK_FAIL.format(
+                        what="shape mismatch",
+                        key=from_tuple(key),
+                        detail=f"expected {len(spec.specs)} stacked elements, got {len(values)}",
+                    )
+                )
+            for value, element in zip(values, spec.specs):
+                _check_value(value, element, key, data, env_ndim, check_dtype, lead_ndim, time_dim)
             continue
-        expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
-        got = tuple(value.shape)
-        if not shapes_match(expected, got):
-            raise AssertionError(
-                CHECK_FAIL.format(
-                    what="shape mismatch",
-                    key=from_tuple(key),
-                    detail=f"expected {expected}, got {got}",
-                )
-            )
-        if check_dtype and value.dtype != spec.dtype:
-            raise AssertionError(
-                CHECK_FAIL.format(
-                    what="dtype mismatch",
-                    key=from_tuple(key),
-                    detail=f"expected {spec.dtype}, got {value.dtype}",
-                )
-            )
-        if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:
-            if time_dim is not None:
-                value = value.movedim(time_dim, 0)
-            _check_domain(spec, value, key, lead_ndim, env_ndim)
+        value = data.get(key)
+        _check_value(value, spec, key, data, env_ndim, check_dtype, lead_ndim, time_dim)
     unexpected = sorted(present - set(entries), key=str)
     unexpected = [k for k in unexpected if not _is_private(k)]
     if unexpected:
@@ -354,6 +350,46 @@ def _check_data(
                 f"{[from_tuple(k) for k in unexpected]})",
             )
         )
+
+
+def _stacked_parts(data: TensorDictBase, key: tuple, dim: int) -> list:
+    """The value of ``key`` in each element of a heterogeneous stack (stack dim ``dim``)."""
+    container = data.get(key[:-1]) if len(key) > 1 else data
+    return [part.get(key[-1]) for part in container.unbind(dim)]
+
+
+def _check_value(
+    value: Any,
+    spec: Any,
+    key: tuple,
+    data: TensorDictBase,
+    env_ndim: int,
+    check_dtype: bool,
+    lead_ndim: int,
+    time_dim: int | None,
+) -> None:
+    if not isinstance(value, torch.Tensor):
+        return
+    expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
+    got = tuple(value.shape)
+    if not shapes_match(expected, got):
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="shape mismatch", key=from_tuple(key), detail=f"expected {expected}, got {got}"
+            )
+        )
+    if check_dtype and value.dtype != spec.dtype:
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="dtype mismatch",
+                key=from_tuple(key),
+                detail=f"expected {spec.dtype}, got {value.dtype}",
+            )
+        )
+    if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:
+        if time_dim is not None:
+            value = value.movedim(time_dim, 0)
+        _check_domain(spec, value, key, lead_ndim, env_ndim)
 
 
 def _is_leaf(cls: type) -> bool:

@@ -270,14 +270,16 @@ class BatchedEnvBase(EnvBase):
     ) -> list | None:
         """Copy actions (and state entries) into the input buffers; return per-worker payloads."""
         if not self._use_buffers:
-            keys = [k for k in self._input_keys if tensordict.get(k, None) is not None]
-            return [tensordict[w].select(*keys).to("cpu") for w in workers]
+            # select, not get: a heterogeneous input cannot be read as one tensor
+            keys = self._input_keys
+            return [tensordict[w].select(*keys, strict=False).to("cpu") for w in workers]
         views = self._input_views
         if len(views) == 1:
             pairs = self._input_pairs
             values = [fast_get(tensordict, key) for key, _ in pairs]
             if (
-                required
+                pairs  # an env without action nor state entries has nothing to copy
+                and required
                 and self.__dict__["_fast_inputs"]
                 and all(v is not None and v.shape == b.shape for v, (_, b) in zip(values, pairs))
             ):
