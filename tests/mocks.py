@@ -61,7 +61,7 @@ class CountingEnv(EnvBase):
 class StatelessCountingEnv(EnvBase):
     """Batch-unlocked counter whose state (``"count"``) travels in the data."""
 
-    batch_locked = False
+    _batch_locked = False
 
     def __init__(self, max_steps: int = 5):
         super().__init__()

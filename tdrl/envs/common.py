@@ -22,6 +22,10 @@ from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_n
 
 __all__ = ["EnvBase", "seed_generator"]
 
+BATCH_LOCKED_READ_ONLY = (
+    "batch_locked is a read-only property: it tells whether the env's _reset / _step accept "
+    "other batch sizes; a subclass declares `_batch_locked = False` as a class attribute"
+)
 BATCH_MISMATCH = (
     "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
 )
@@ -244,12 +248,17 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
 
     @property
     def batch_locked(self) -> bool:
-        """Whether inputs must have exactly the env batch size (False: any leading batch)."""
+        """Whether inputs must have exactly the env batch size (False: any leading batch).
+
+        Read-only: it says what the env's ``_reset`` / ``_step`` can handle. A subclass
+        declares ``_batch_locked = False`` as a class attribute (or its ``__new__``
+        passes ``_batch_locked=False``).
+        """
         return self._batch_locked
 
     @batch_locked.setter
     def batch_locked(self, value: bool) -> None:
-        self.__dict__["_batch_locked"] = bool(value)
+        raise RuntimeError(BATCH_LOCKED_READ_ONLY)
 
     @property
     def auto_reset(self) -> bool:

@@ -394,8 +394,9 @@ def test_nn_module_and_batch_locked_class_attribute():
     assert isinstance(env, torch.nn.Module)
     assert not env.batch_locked and not env._batch_locked
     env2 = CountingEnv()
-    env2.batch_locked = False
-    assert not env2.batch_locked
+    with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
+        env2.batch_locked = False
+    assert env2.batch_locked
 
 
 # ---------------------------------------------------------------- dynamic specs
