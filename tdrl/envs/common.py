@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from tdrl.envs._checks import check_inputs, check_outputs
 from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_missing_done
 from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
-from tdrl.envs._keys import DoneCompletion
+from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
 from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
 __all__ = ["EnvBase", "seed_generator"]
@@ -353,9 +353,13 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         if device is not None and data.device is not None and data.device != device:
             data = data.to(device)
         completions = self._cache.done_completions
-        if completions:
-            complete_done_data(data, completions)
+        if completions and complete_done_data(data, completions):
+            self._fill_done(data)
         return data
+
+    def _fill_done(self, data: TensorDictBase) -> None:
+        """Write False for the done entries of the levels ``data`` says nothing about."""
+        fill_missing_done(data, self._cache.done_keys, self.full_done_spec, len(self._batch_size))
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Run one step: write the ``_step`` output under ``"next"`` and return ``tensordict``.
@@ -384,8 +388,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         ):
             next_tensordict = next_tensordict.to(device)
         completions = self._cache.done_completions
-        if completions:
-            complete_done_data(next_tensordict, completions)
+        if completions and complete_done_data(next_tensordict, completions):
+            self._fill_done(next_tensordict)
         if self.run_type_checks:
             self._check_outputs(next_tensordict)
         handler = self._auto_reset_handler
@@ -436,6 +440,26 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         """
         return _rollout.step_and_maybe_reset(self, tensordict)
 
+    def add_truncated_keys(self) -> EnvBase:
+        """Add a ``"truncated"`` entry to each done level that lacks one; return the env.
+
+        The entry has the spec of the level's done flag. Steps that do not write it
+        get False, so ``rollout(set_truncated=True)`` can mark the last step.
+        """
+        spec = self.full_done_spec.clone()
+        completions = []
+        for level in self._cache.done_completions:
+            if level.truncated is None:
+                prefix = as_tuple(level.done)[:-1]
+                truncated = from_tuple((*prefix, "truncated"))
+                spec[truncated] = spec[level.done].clone()
+                level = DoneCompletion(level.done, level.terminated, truncated, True)
+            completions.append(level)
+        self._set_entry("_output_spec", "full_done_spec", spec)
+        self.__dict__["_done_completions"] = completions
+        self.__dict__["_default_done"] = False
+        return self
+
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The input of the next step: ``tensordict["next"]`` merged over its root.
 
@@ -461,6 +485,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         tensordict: TensorDictBase | None = None,
         set_truncated: bool = False,
         out: TensorDictBase | None = None,
+        actions: Iterable | None = None,
+        storing_device: Any = None,
     ) -> TensorDictBase:
         """Run up to ``max_steps`` steps and stack them along a trailing ``"time"`` dim.
 
@@ -474,6 +500,10 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         Args:
             max_steps: the maximum number of steps.
             policy: a callable writing the action in a tensordict (random actions if None).
+                A policy returning a new tensordict (e.g. holding only the action) has
+                its output merged into the step's data; a plain ``nn.Module`` on tensors
+                reads the observations (by argument name, or the single one) and writes
+                the action.
             callback: called as ``callback(env, tensordict)`` after each step.
             auto_reset: reset the env first (with ``tensordict`` as input if given).
             auto_cast_to_device: move data to the policy's device and back.
@@ -485,6 +515,10 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             tensordict: the initial data (required when ``auto_reset=False``).
             set_truncated: mark the last step as truncated (and done).
             out: a tensordict to write the stacked result into.
+            actions: instead of a policy, the actions to take: tensors (for the single
+                action key) or tensordicts. A sized iterable caps ``max_steps`` to its
+                length; the rollout also ends when the iterable runs out.
+            storing_device: the device of the returned data (default: the env's).
         """
         return _rollout.rollout(
             self,
@@ -499,6 +533,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             tensordict=tensordict,
             set_truncated=set_truncated,
             out=out,
+            actions=actions,
+            storing_device=storing_device,
         )
 
     def _random_rollout(

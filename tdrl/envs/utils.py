@@ -256,7 +256,8 @@ def check_env_specs(
 
     Every entry of the specs must be present in the data with the expected
     shape (``-1`` dims match any size) and dtype and be within the spec's
-    domain, and the data must hold no entry the specs do not declare.
+    domain, and the data must hold no entry the specs do not declare (a state entry
+    may also show in ``"next"``).
     Non-tensor entries (strings, python objects) are checked for presence only.
     Action masks are not checked: a spec holds the mask of the last step only,
     while a masked env (``ActionMask``, ``TicTacToeEnv``) changes it at every step,
@@ -291,8 +292,10 @@ def check_env_specs(
     )
     env_ndim = len(env.batch_size)
     entries = _expected_entries(env)
+    # a state entry the step also returns (an RNG key, a hidden state...) may show in "next"
+    optional = {("next", *as_tuple(key)) for key in env.state_keys}
     for step in data.tensordicts:
-        _check_data(step, entries, env_ndim, check_dtype, step.batch_dims, None)
+        _check_data(step, entries, env_ndim, check_dtype, step.batch_dims, None, optional)
     if return_contiguous:
         try:
             torch.stack(data.tensordicts, data.stack_dim)
@@ -310,6 +313,7 @@ def _check_data(
     check_dtype: bool,
     lead_ndim: int,
     time_dim: int | None,
+    optional: set | None = None,
 ) -> None:
     present = {
         as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)
@@ -339,7 +343,7 @@ def _check_data(
             continue
         value = data.get(key)
         _check_value(value, spec, key, data, env_ndim, check_dtype, lead_ndim, time_dim)
-    unexpected = sorted(present - set(entries), key=str)
+    unexpected = sorted(present - set(entries) - (optional or set()), key=str)
     unexpected = [k for k in unexpected if not _is_private(k)]
     if unexpected:
         raise AssertionError(

@@ -258,6 +258,28 @@ def test_check_env_specs_names_undeclared_and_missing_keys():
         check_env_specs(Missing())
 
 
+def test_check_env_specs_accepts_state_entries_in_next():
+    class CarriesState(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            self.state_spec = Composite(memory=Unbounded((2,)))
+
+        def _reset(self, tensordict=None, **kwargs):
+            return super()._reset(tensordict).set("memory", torch.zeros(2))
+
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("memory", tensordict["memory"] + 1)
+
+    check_env_specs(CarriesState())
+
+    class Undeclared(CarriesState):
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("other", torch.zeros(1))
+
+    with pytest.raises(AssertionError, match=r"undeclared entry at key \('next', 'other'\)"):
+        check_env_specs(Undeclared())
+
+
 def test_check_env_specs_dtype_and_domain():
     class WrongDtype(CountingEnv):
         def _step(self, tensordict):
