@@ -170,7 +170,14 @@ class BatchedEnvBase(EnvBase):
             warnings.warn(DYNAMIC_WARNING.format(cls=type(self).__name__), stacklevel=2)
         self._use_buffers = use_buffers
         self._layout = (
-            _shared.plan_layout(per_worker, homogeneous, sub_batch) if use_buffers else None
+            _shared.plan_layout(
+                per_worker,
+                homogeneous,
+                sub_batch,
+                [_shared.group_shapes(m.output_spec, m.input_spec) for m in metas],
+            )
+            if use_buffers
+            else None
         )
         self._input_keys = [key for key, _, _ in per_worker[0]["input"]]
         self._state_keys = [key for key, _, optional in per_worker[0]["input"] if optional]
