@@ -322,6 +322,19 @@ def test_partial_step_batch_unlocked():
     assert out["next", "reward"].squeeze(-1).tolist() == [1.0, 0.0, 1.0]
 
 
+def test_all_false_step_mask_skips_a_batch_locked_env():
+    env = CountingEnv(batch_size=(4,))
+    assert env.batch_locked
+    data = env.rand_step(env.reset())
+    data = env.step_mdp(data)
+    data.set("_step", torch.zeros(4, dtype=torch.bool))
+    data.set("action", torch.ones(4, 1))
+    out = env.step(data)
+    assert (env.count == 1).all()  # _step never ran
+    assert (out["next", "observation"] == out["observation"]).all()
+    assert (out["next", "reward"] == 0).all()
+
+
 def test_rand_action_batch_unlocked_shape():
     env = StatelessCountingEnv()
     data = env.rand_action(TensorDict(batch_size=[7]))

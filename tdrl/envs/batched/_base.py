@@ -18,7 +18,7 @@ from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
 from tdrl._settings import rl_warnings
 from tdrl.envs._partial import all_true
 from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
-from tdrl.envs.batched import _shared
+from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE
 from tdrl.envs.batched._specs import stack_env_specs
 from tdrl.envs.batched.env_creator import get_env_metadata
@@ -238,13 +238,32 @@ class BatchedEnvBase(EnvBase):
         self._all_workers = list(range(self.num_workers))
         self._start()
         self.is_closed = False
+        self.__dict__["_closed_by_user"] = False
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         """Close the sub-envs and stop the workers. Closing twice is a no-op."""
         if self.__dict__.get("is_closed", True):
             return
         self.is_closed = True
+        self.__dict__["_closed_by_user"] = True  # its indexed views refuse to restart it
         self._shutdown()
+
+    def __getitem__(self, index: Any) -> BatchedEnvBase:
+        """A view over some workers: ``env[1:]``, ``env[[0, 2]]``, ``env[torch.tensor([1])]``.
+
+        The view is an env of the same class sharing this env's workers: stepping or
+        resetting it steps or resets the selected sub-envs only, and reading an
+        attribute returns the selected sub-envs' values. Closing the view leaves this
+        env running; closing this env makes its views unusable. Boolean masks are not
+        accepted (pass their indices).
+        """
+        return _view.make_view(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}[{index!r}] = ...: replacing a sub-env (a snapshot "
+            "writeback of its state into a worker) is not supported; build a new batched env"
+        )
 
     def __enter__(self) -> BatchedEnvBase:
         return self
@@ -336,7 +355,9 @@ class BatchedEnvBase(EnvBase):
                 last[w] = reply
             for w in range(self.num_workers):
                 if last[w] is None:
-                    raise RuntimeError(f"no {region} data was received yet from worker {w}")
+                    # a worker left out of a partial step or reset before sending any data:
+                    # zeros, as the buffers of the buffered path hold before the first write
+                    last[w] = self._zero_region(region, w)
             out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
             return self._to_device(out)
         missing = self._missing[region]
@@ -356,6 +377,17 @@ class BatchedEnvBase(EnvBase):
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
         return self._to_device(out)
+
+    def _zero_region(self, region: str, worker: int) -> TensorDictBase:
+        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output."""
+        output_spec = self.meta_data[worker].output_spec
+        names = ["full_observation_spec", "full_done_spec"]
+        if region == "next":
+            names.append("full_reward_spec")
+        data = output_spec[names[0]].zero()
+        for name in names[1:]:
+            data.update(output_spec[name].zero())
+        return data.to("cpu")
 
     def _to_device(self, out: TensorDictBase) -> TensorDictBase:
         device = self.device
