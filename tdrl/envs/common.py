@@ -20,7 +20,7 @@ from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
 from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
-__all__ = ["EnvBase", "seed_generator"]
+__all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
 
 BATCH_LOCKED_READ_ONLY = (
     "batch_locked is a read-only property: it tells whether the env's _reset / _step accept "
@@ -29,6 +29,26 @@ BATCH_LOCKED_READ_ONLY = (
 BATCH_MISMATCH = (
     "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
 )
+
+
+class BatchSizeError(ValueError, RuntimeError):
+    """A tensordict whose batch size does not fit a batch-locked env.
+
+    A ``ValueError`` (a bad input); also a ``RuntimeError``, so that code written to
+    catch the ``RuntimeError`` other implementations of this env API raise here still
+    catches it.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from tdrl.envs import SerialEnv, PendulumEnv
+        >>> env = SerialEnv(2, PendulumEnv)
+        >>> try:
+        ...     env.reset(TensorDict(batch_size=[3]))
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, isinstance(err, ValueError))
+        BatchSizeError True
+        >>> env.close()
+    """
 
 
 def seed_generator(seed: int) -> int:
@@ -297,7 +317,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
 
     def _check_batch(self, method: str, tensordict: TensorDictBase) -> None:
         if self._batch_locked and tensordict.batch_size != self._batch_size:
-            raise ValueError(
+            raise BatchSizeError(
                 BATCH_MISMATCH.format(
                     method=method,
                     expected=tuple(self._batch_size),

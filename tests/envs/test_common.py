@@ -9,6 +9,7 @@ from tdrl.envs import (
     AutoResetEnv,
     AutoResetHandler,
     AutoResetTransform,
+    BatchSizeError,
     Compose,
     EnvBase,
     EnvMetaData,
@@ -267,6 +268,10 @@ def test_batch_locked_rejects_other_batch():
     env = CountingEnv(batch_size=(3,))
     with pytest.raises(ValueError, match=r"batch size \(3,\).*got \(2,\)"):
         env.step(TensorDict({"action": torch.zeros(2, 1)}, [2]))
+    # also a RuntimeError, for code that catches what other implementations raise
+    with pytest.raises(RuntimeError) as info:
+        env.reset(TensorDict(batch_size=[4]))
+    assert isinstance(info.value, BatchSizeError)
 
 
 def test_step_writes_under_next_and_completes_terminated():

@@ -58,6 +58,24 @@ class _RemoteMethod:
         return f"<method {self.name!r} of the {self.env.num_workers} sub-envs>"
 
 
+class _WorkerValues(list):
+    """The values of an attribute on every sub-env; reading an attribute of it reads it
+    on the sub-envs' objects (``env.physics.timestep`` gives one value per sub-env).
+
+    Attributes of ``list`` itself (``index``, ``count``...) keep their list meaning.
+    """
+
+    def __init__(self, values: list, env: BatchedEnvBase, path: str) -> None:
+        super().__init__(values)
+        self._env = env
+        self._path = path
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._env._remote_attribute(f"{self._path}.{name}")
+
+
 class BatchedEnvBase(EnvBase):
     """Base class of SerialEnv and ParallelEnv: a batch of sub-envs seen as one env.
 
@@ -65,8 +83,9 @@ class BatchedEnvBase(EnvBase):
     sub-env specs stacked along a new first dim (lazily stacked when the
     sub-envs differ). ``"_step"`` / ``"_reset"`` masks step or reset only the
     marked sub-envs. Reading an attribute that the batched env does not have
-    returns one value per sub-env; a method is called on every sub-env and
-    returns the list of results.
+    returns one value per sub-env (attributes of those values can be read the same
+    way: ``env.physics.timestep``); a method is called on every sub-env and returns
+    the list of results.
 
     Args:
         num_workers: the number of sub-envs.
@@ -583,10 +602,14 @@ class BatchedEnvBase(EnvBase):
             if name.startswith("_") or not self.__dict__.get("_ready", False):
                 raise
         self._ensure_started()
-        values = self._run("getattr", name)
+        return self._remote_attribute(name)
+
+    def _remote_attribute(self, path: str) -> Any:
+        """The attribute ``path`` (dotted for nested objects) of every sub-env."""
+        values = self._run("getattr", path)
         if all(isinstance(v, str) and v == CALLABLE for v in values):
-            return _RemoteMethod(self, name)
-        return values
+            return _RemoteMethod(self, path)
+        return _WorkerValues(values, self, path)
 
     def __repr__(self) -> str:
         body = super().__repr__().split("(", 1)[1]

@@ -7,6 +7,7 @@ runner's methods return the (small, picklable) reply payload of each command.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -241,8 +242,8 @@ class EnvRunner:
         return self.env.set_seed(seed, static_seed=static_seed)
 
     def get_attribute(self, name: str) -> Any:
-        """An attribute of the env (:data:`CALLABLE` for methods)."""
-        value = getattr(self.env, name)
+        """An attribute of the env (:data:`CALLABLE` for methods); ``name`` may be dotted."""
+        value = operator.attrgetter(name)(self.env)
         if callable(value) and not isinstance(value, (torch.Tensor, TensorDictBase)):
             return CALLABLE
         return value
@@ -254,10 +255,10 @@ class EnvRunner:
         self._plan_fast_paths()
 
     def call(self, payload: tuple) -> Any:
-        """Call a method of the env."""
+        """Call a method of the env (or of one of its attributes: ``name`` may be dotted)."""
         name, args, kwargs = payload
         try:
-            return getattr(self.env, name)(*args, **kwargs)
+            return operator.attrgetter(name)(self.env)(*args, **kwargs)
         finally:
             self._plan_fast_paths()
 

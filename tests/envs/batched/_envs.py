@@ -13,6 +13,16 @@ from tdrl.envs import EnvBase
 from tests.mocks import CountingEnv
 
 
+class _Settings:
+    """An object held by a sub-env, to read its attributes through a batched env."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def doubled(self) -> int:
+        return 2 * self.size
+
+
 class SizedEnv(CountingEnv):
     """A counting env whose observation has ``size`` entries (heterogeneous batches)."""
 
@@ -26,6 +36,10 @@ class SizedEnv(CountingEnv):
 
     def describe(self, suffix: str = "") -> str:
         return f"size={self.size}{suffix}"
+
+    @property
+    def settings(self) -> _Settings:
+        return _Settings(self.size)
 
     def pid(self) -> int:
         return os.getpid()

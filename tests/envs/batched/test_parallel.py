@@ -70,6 +70,13 @@ def test_method_calls_run_in_every_worker():
         assert all(pid != multiprocessing.current_process().pid for pid in pids)
 
 
+def test_attributes_of_sub_env_attributes_are_read_in_the_workers():
+    with ParallelEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)]) as env:
+        assert env.settings.size == [3, 5]
+        assert env.settings.doubled() == [6, 10]
+        assert list(env.settings.size) == [3, 5]
+
+
 def test_heterogeneous_workers():
     with ParallelEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)]) as env:
         data = env.rand_step(env.reset())

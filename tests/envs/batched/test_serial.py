@@ -118,6 +118,8 @@ def test_attribute_and_method_dispatch():
     env = SerialEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)])
     assert env.size == [3, 5]
     assert env.describe("!") == ["size=3!", "size=5!"]
+    assert env.settings.size == [3, 5]  # attributes of attributes, per sub-env
+    assert env.settings.doubled() == [6, 10]
     with pytest.raises(AttributeError):
         env._no_such_private_attribute  # noqa: B018
     env.close()
