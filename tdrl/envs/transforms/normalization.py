@@ -507,13 +507,19 @@ class VecNorm(Transform):
         return {key: value.clone() for key, value in self.__dict__["_td"].items()}
 
     def set_extra_state(self, state: dict) -> None:
-        """Restore statistics saved by :meth:`get_extra_state`, in place where they exist."""
+        """Restore statistics saved by :meth:`get_extra_state`, in place where they exist.
+
+        Tensors already in shared memory (the shared state of an ``EnvCreator``) are
+        adopted instead of copied, so that the statistics stay shared with their owner.
+        """
         if isinstance(state, dict) and "td" in state:
             state = state["td"] or {}
         stats = self.__dict__["_td"]
         for key, value in state.items():
             current = stats.get(key, None)
-            if current is not None and current.shape == value.shape:
+            if value.is_shared() and (current is None or current.shape == value.shape):
+                stats.set(key, value)
+            elif current is not None and current.shape == value.shape:
                 current.copy_(value)
             else:
                 stats.set(key, value.clone().share_memory_())
