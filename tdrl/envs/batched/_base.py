@@ -104,6 +104,8 @@ class BatchedEnvBase(EnvBase):
         mp_start_method: the start method of the worker processes (ParallelEnv).
         use_buffers: exchange data through preallocated buffers (default: unless the specs
             have dynamic dims).
+        consolidate: without buffers, ParallelEnv workers pack each reply into a single
+            storage before sending it (one buffer to pickle instead of one per entry).
 
     Examples:
         >>> import torch
@@ -135,6 +137,7 @@ class BatchedEnvBase(EnvBase):
         non_blocking: bool = False,
         mp_start_method: str | None = None,
         use_buffers: bool | None = None,
+        consolidate: bool = True,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
@@ -174,6 +177,7 @@ class BatchedEnvBase(EnvBase):
         self.num_sub_threads = num_sub_threads
         self.serial_for_single = serial_for_single
         self.non_blocking = non_blocking
+        self.consolidate = consolidate
         self.meta_data = metas
         homogeneous = self._set_specs(metas) and not share_individual_td
         self.share_individual_td = not homogeneous

@@ -84,8 +84,10 @@ class EnvRunner:
         layout: _shared.BufferLayout | None,
         expected_specs: tuple[Composite, Composite] | None,
         device: torch.device | None = None,
+        consolidate: bool = False,
     ) -> None:
         self.worker = worker
+        self.consolidate = consolidate
         env = env_fn(**env_kwargs)
         if device is not None and env.device != device:
             env = env.to(device)
@@ -170,7 +172,9 @@ class EnvRunner:
 
     def _output(self, region: str, data: TensorDictBase) -> Any:
         if self.writer is None:
-            return data.to("cpu") if self.to_cpu else data
+            data = data.to("cpu") if self.to_cpu else data
+            # one storage for all the leaves: one buffer to pickle instead of one per leaf
+            return data.consolidate() if self.consolidate else data
         missing, extra = self.writer.write(region, data)
         if missing or extra:
             return (missing, extra)

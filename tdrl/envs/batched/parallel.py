@@ -120,6 +120,7 @@ class ParallelEnv(BatchedEnvBase):
         options = {
             "filter_warnings": tdrl.filter_warnings_subprocess,
             "num_threads": self.num_sub_threads,
+            "consolidate": self.consolidate and not self._use_buffers,
         }
         processes: list = []
         connections: list = []

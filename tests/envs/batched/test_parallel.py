@@ -282,3 +282,17 @@ def test_rollout_over_sub_envs_of_different_shapes(cls):
         assert (next_obs == alone["next", "observation"][t]).all()
         if t + 1 < 9:
             assert (root_obs == alone["observation"][t + 1]).all()
+
+
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+def test_consolidated_replies_give_the_same_data():
+    datas = []
+    for consolidate in (True, False):
+        with ParallelEnv(2, EnvWithDynamicSpec, consolidate=consolidate) as env:
+            assert env.consolidate is consolidate
+            env.set_seed(0)
+            datas.append(env.rollout(4, return_contiguous=False, break_when_any_done=False))
+    for step_a, step_b in zip(datas[0].unbind(1), datas[1].unbind(1)):
+        for key in ("observation", ("next", "observation"), ("next", "done")):
+            for part_a, part_b in zip(step_a.get(key).unbind(0), step_b.get(key).unbind(0)):
+                assert torch.equal(part_a, part_b)
