@@ -12,9 +12,16 @@ wrapper that needs it is built.
 
 from __future__ import annotations
 
+from tdrl._settings import auto_unwrap_transformed_env, set_auto_unwrap_transformed_env
+
 __version__ = "0.1.0"
 
 #: When True (the default), batched-env worker processes silence Python warnings.
 filter_warnings_subprocess: bool = True
 
-__all__ = ["__version__", "filter_warnings_subprocess"]
+__all__ = [
+    "__version__",
+    "auto_unwrap_transformed_env",
+    "filter_warnings_subprocess",
+    "set_auto_unwrap_transformed_env",
+]

@@ -1,4 +1,7 @@
-"""Small internal utilities shared across tdrl, including :class:`implement_for`."""
+"""Small internal utilities shared across tdrl, including :class:`implement_for`.
+
+The process-wide switches of :mod:`tdrl._settings` are importable from here too.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["implement_for"]
+from tdrl._settings import (
+    RL_WARNINGS,
+    auto_unwrap_transformed_env,
+    rl_warnings,
+    set_auto_unwrap_transformed_env,
+)
+
+__all__ = [
+    "RL_WARNINGS",
+    "auto_unwrap_transformed_env",
+    "implement_for",
+    "rl_warnings",
+    "set_auto_unwrap_transformed_env",
+]
 
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)*")
 

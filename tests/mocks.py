@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from tdrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from tdrl.envs import EnvBase
@@ -61,7 +61,7 @@ class CountingEnv(EnvBase):
 class StatelessCountingEnv(EnvBase):
     """Batch-unlocked counter whose state (``"count"``) travels in the data."""
 
-    batch_locked = False
+    _batch_locked = False
 
     def __init__(self, max_steps: int = 5):
         super().__init__()
@@ -282,3 +282,57 @@ class AutoResettingCountingEnv(CountingEnv):
             self.count = torch.where(done, 0.0, self.count)
             out.set("observation", self.count * self._ones)
         return out
+
+
+class HeterogeneousAgentsEnv(EnvBase):
+    """Two agents in an ``"agents"`` group whose actions and observations differ in size
+    (3 and 2), so the group specs are stacks of different specs and the group data is a
+    lazy stack. Each agent's observation counts the steps; done after ``max_steps``."""
+
+    sizes = (3, 2)
+
+    def __init__(self, max_steps: int = 4, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        batch = self.batch_size
+        self.max_steps = max_steps
+        self.full_action_spec_unbatched = Composite(
+            agents=torch.stack([Composite(action=Bounded(-1.0, 1.0, (n,))) for n in self.sizes])
+        )
+        self.full_observation_spec_unbatched = Composite(
+            agents=torch.stack([Composite(obs=Unbounded((n,))) for n in self.sizes])
+        )
+        self.full_reward_spec_unbatched = Composite(
+            agents=torch.stack([Composite(reward=Unbounded((1,))) for _ in self.sizes])
+        )
+        self.count = torch.zeros(*batch, 1)
+
+    def _agents(self, **extra):
+        batch = self.batch_size
+        parts = [
+            TensorDict(
+                {
+                    "obs": self.count.expand(*batch, n).clone(),
+                    **{k: v[i] for k, v in extra.items()},
+                },
+                batch_size=batch,
+            )
+            for i, n in enumerate(self.sizes)
+        ]
+        return LazyStackedTensorDict.lazy_stack(parts, len(batch))
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.count = torch.zeros_like(self.count)
+        return TensorDict(agents=self._agents(), batch_size=self.batch_size)
+
+    def _step(self, tensordict):
+        self.count = self.count + 1
+        actions = tensordict["agents"].tensordicts
+        rewards = [part["action"].sum(-1, keepdim=True) for part in actions]
+        return TensorDict(
+            agents=self._agents(reward=rewards),
+            done=self.count >= self.max_steps,
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        pass

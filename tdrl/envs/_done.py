@@ -58,16 +58,24 @@ def complete_done_spec(full_done_spec: Any) -> tuple[Any, list[DoneCompletion]]:
     return spec, plan
 
 
-def complete_done_data(data: TensorDictBase, plan: list[DoneCompletion]) -> None:
-    """Write the ``done`` / ``terminated`` entries that ``data`` lacks."""
+def complete_done_data(data: TensorDictBase, plan: list[DoneCompletion]) -> bool:
+    """Write the ``done`` / ``terminated`` entries that ``data`` lacks.
+
+    Returns True when a level has none of its entries: the caller fills them with
+    False (see :func:`fill_missing_done`), which needs the specs.
+    """
+    empty_level = False
     for level in plan:
         done = fast_get(data, level.done)
         terminated = fast_get(data, level.terminated)
         if done is not None and terminated is not None:
+            if level.fill_truncated and fast_get(data, level.truncated) is None:
+                data.set(level.truncated, torch.zeros_like(done))
             continue
         truncated = fast_get(data, level.truncated) if level.truncated is not None else None
         if done is None and terminated is None:
             if truncated is None:
+                empty_level = True
                 continue
             data.set(level.terminated, torch.zeros_like(truncated))
             data.set(level.done, truncated)
@@ -75,6 +83,9 @@ def complete_done_data(data: TensorDictBase, plan: list[DoneCompletion]) -> None
             data.set(level.terminated, done if truncated is None else done & ~truncated)
         else:
             data.set(level.done, terminated if truncated is None else terminated | truncated)
+        if level.fill_truncated and truncated is None:
+            data.set(level.truncated, torch.zeros_like(data.get(level.done)))
+    return empty_level
 
 
 def fill_missing_done(

@@ -34,11 +34,16 @@ def key_repr(key: Any) -> str:
 
 @dataclass
 class DoneCompletion:
-    """The done, terminated and (optional) truncated keys of one done level."""
+    """The done, terminated and (optional) truncated keys of one done level.
+
+    ``fill_truncated``: the env does not write ``truncated`` itself (the entry was
+    added by ``add_truncated_keys``); a missing one is written as False.
+    """
 
     done: Any
     terminated: Any
     truncated: Any = None
+    fill_truncated: bool = False
 
 
 @dataclass

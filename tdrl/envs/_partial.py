@@ -211,12 +211,13 @@ def partial_step(env: Any, tensordict: TensorDictBase, mask: torch.Tensor) -> Te
     """Run ``env._step`` on the elements where the ``"_step"`` mask is True only.
 
     Batch-locked batched envs get the mask in ``_step`` (they dispatch it
-    themselves); unbatched and batch-unlocked envs are stepped on the masked
-    elements and the others keep the input's values (zeros when absent).
-    Returns the raw next tensordict; ``"_step"`` is removed from the input.
+    themselves) unless it is all False: then ``_step`` is not called at all. Unbatched
+    and batch-unlocked envs are stepped on the masked elements. Elements not stepped
+    keep the input's values (zeros when absent). Returns the raw next tensordict;
+    ``"_step"`` is removed from the input.
     """
     tensordict.del_("_step")
-    if env.batch_locked and env.batch_size:
+    if env.batch_locked and env.batch_size and any_true(mask):
         tensordict.set("_step", mask)
         try:
             return env._step(tensordict)

@@ -10,6 +10,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, unrave
 from tdrl.envs._keys import as_tuple
 
 _EMPTY: frozenset = frozenset()
+_NESTED = (TensorDict, LazyStackedTensorDict)
 
 
 def excluded_set(*key_lists: Any) -> dict:
@@ -26,16 +27,55 @@ def excluded_set(*key_lists: Any) -> dict:
     return {prefix: frozenset(names) for prefix, names in levels.items()}
 
 
+def mdp_plan(
+    reward_keys: Any,
+    done_keys: Any,
+    action_keys: Any,
+    exclude_reward: bool,
+    exclude_done: bool,
+    exclude_action: bool,
+) -> tuple[dict, tuple]:
+    """The ``excluded`` levels and ``kept_root`` keys that :func:`merge_next` needs."""
+    excluded = excluded_set(
+        reward_keys if exclude_reward else None,
+        done_keys if exclude_done else None,
+        action_keys if exclude_action else None,
+    )
+    if exclude_action:
+        kept_root = ()
+    elif isinstance(action_keys, (str, tuple)):
+        kept_root = (action_keys,)
+    else:
+        kept_root = tuple(action_keys)
+    return excluded, kept_root
+
+
 def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> TensorDictBase:
     names = excluded.get(prefix, _EMPTY)
     source = {}
     for key, value in td.items():
         if key in names:
             continue
-        if type(value) is TensorDict:
-            value = _fresh(value, (*prefix, key), excluded, device)
+        kind = type(value)
+        if kind is TensorDict or kind is LazyStackedTensorDict:
+            value = _fresh_nested(value, (*prefix, key), excluded, device)
+            if value is None:
+                continue
         source[key] = value
     return TensorDict._new_unsafe(source, batch_size=td.batch_size, device=device, nested=False)
+
+
+def _fresh_nested(
+    value: TensorDictBase, prefix: tuple, excluded: dict, device: Any
+) -> TensorDictBase | None:
+    """A fresh copy of a nested level (a lazy stack element-wise), None when left empty."""
+    if type(value) is LazyStackedTensorDict:
+        parts = [_fresh(part, prefix, excluded, device) for part in value.tensordicts]
+        if not any(part._tensordict for part in parts):
+            return None
+        return LazyStackedTensorDict.lazy_stack(parts, value.stack_dim)
+    value = _fresh(value, prefix, excluded, device)
+    return value if value._tensordict else None
 
 
 def entries(td: TensorDictBase) -> Mapping:
@@ -114,7 +154,7 @@ def _merge(
             source.pop("next", None)
         for name in names:
             source.pop(name, None)
-        root_tds = [key for key, value in source.items() if type(value) is TensorDict]
+        root_tds = [key for key, value in source.items() if type(value) in _NESTED]
     else:
         source = {}
         root_tds = ()
@@ -122,9 +162,10 @@ def _merge(
     for key, value in next_entries.items():
         if key in names:
             continue
-        if type(value) is TensorDict:
+        kind = type(value)
+        if kind is TensorDict:
             previous = source.get(key)
-            merged = _merge(
+            value = _merge(
                 previous if type(previous) is TensorDict else None,
                 value,
                 (*prefix, key),
@@ -132,16 +173,49 @@ def _merge(
                 value.batch_size,
                 device,
             )
-            if not merged._tensordict and value._tensordict:
-                # every entry was excluded (e.g. a per-group reward): drop the empty group
+            if not value._tensordict:
+                # nothing left in the group (e.g. only a per-group reward): drop it
                 source.pop(key, None)
                 continue
-            value = merged
+        elif kind is LazyStackedTensorDict:
+            value = _merge_stack(source.get(key), value, (*prefix, key), excluded, device)
+            if value is None:
+                source.pop(key, None)
+                continue
         source[key] = value
     for key in root_tds:
         if key not in next_entries:
-            source[key] = _fresh(source[key], (*prefix, key), excluded, device)
+            fresh = _fresh_nested(source[key], (*prefix, key), excluded, device)
+            if fresh is not None:
+                source[key] = fresh
+            else:
+                del source[key]
     return TensorDict._new_unsafe(source, batch_size=batch_size, device=device, nested=False)
+
+
+def _merge_stack(
+    previous: Any, nxt: LazyStackedTensorDict, prefix: tuple, excluded: dict, device: Any
+) -> LazyStackedTensorDict | None:
+    """Merge a lazily stacked level element by element (elements may hold different keys)."""
+    parts = nxt.tensordicts
+    dim = nxt.stack_dim
+    if (
+        type(previous) is LazyStackedTensorDict
+        and previous.stack_dim == dim
+        and len(previous.tensordicts) == len(parts)
+    ):
+        roots = list(previous.tensordicts)
+    elif isinstance(previous, TensorDictBase) and previous.batch_size == nxt.batch_size:
+        roots = list(previous.unbind(dim))
+    else:
+        roots = [None] * len(parts)
+    merged = [
+        _merge(root, part, prefix, excluded, part.batch_size, device)
+        for root, part in zip(roots, parts)
+    ]
+    if not any(part._tensordict for part in merged):
+        return None
+    return LazyStackedTensorDict.lazy_stack(merged, dim)
 
 
 def _merge_flat(tensordict: TensorDict, excluded: dict) -> TensorDictBase | None:
@@ -153,11 +227,12 @@ def _merge_flat(tensordict: TensorDict, excluded: dict) -> TensorDictBase | None
     names = excluded.get((), _EMPTY)
     for name in names:
         source.pop(name, None)
+    nested = _NESTED
     for value in source.values():
-        if type(value) is TensorDict:
+        if type(value) in nested:
             return None
     for key, value in nxt._tensordict.items():
-        if type(value) is TensorDict:
+        if type(value) in nested:
             return None
         if key not in names:
             source[key] = value
@@ -175,7 +250,8 @@ def merge_next(
     """Return a new tensordict holding ``tensordict["next"]`` merged over the root.
 
     Every nesting level gets a fresh container, so later in-place updates of the
-    result never leak into ``tensordict``. ``kept_root`` lists root keys kept
+    result never leak into ``tensordict``; nested levels left without entries are
+    dropped. ``kept_root`` lists root keys kept
     even when ``keep_other`` is False (the action when it is not excluded).
     """
     if keep_other and type(tensordict) is TensorDict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -14,40 +14,41 @@ from tdrl.data import Categorical, Composite
 from tdrl.envs import _partial
 from tdrl.envs import rollout as _rollout
 from tdrl.envs._checks import check_inputs, check_outputs
-from tdrl.envs._done import (
-    check_done_after_reset,
-    complete_done_data,
-    complete_done_spec,
-    fill_missing_done,
-)
+from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_missing_done
 from tdrl.envs._env_keys import EnvKeys
-from tdrl.envs._keys import (
-    DoneCompletion,
-    SpecCache,
-    done_flag_key,
-    group_done_keys,
-    leaf_keys,
-    reset_key_for,
-)
-from tdrl.envs._step_mdp import (
-    excluded_set,
-    fast_get,
-    fast_set,
-    keep_preset_entries,
-    set_next,
-)
+from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
+from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
+from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
-__all__ = ["EnvBase", "seed_generator"]
+__all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
 
+BATCH_LOCKED_READ_ONLY = (
+    "batch_locked is a read-only property: it tells whether the env's _reset / _step accept "
+    "other batch sizes; a subclass declares `_batch_locked = False` as a class attribute"
+)
 BATCH_MISMATCH = (
     "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
 )
-SPEC_BATCH_MISMATCH = (
-    "{name} at key {key!r} has shape {got}, which does not start with the env batch size {expected}"
-)
 
-_OUTPUT_ENTRIES = ("full_observation_spec", "full_reward_spec", "full_done_spec")
-_INPUT_ENTRIES = ("full_action_spec", "full_state_spec")
+
+class BatchSizeError(ValueError, RuntimeError):
+    """A tensordict whose batch size does not fit a batch-locked env.
+
+    A ``ValueError`` (a bad input); also a ``RuntimeError``, so that code written to
+    catch the ``RuntimeError`` other implementations of this env API raise here still
+    catches it.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from tdrl.envs import SerialEnv, PendulumEnv
+        >>> env = SerialEnv(2, PendulumEnv)
+        >>> try:
+        ...     env.reset(TensorDict(batch_size=[3]))
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, isinstance(err, ValueError))
+        BatchSizeError True
+        >>> env.close()
+    """
 
 
 def seed_generator(seed: int) -> int:
@@ -74,26 +75,45 @@ def _default_done_spec(batch_size: torch.Size, device: Any) -> Composite:
     return Composite(done=leaf, terminated=leaf.clone(), shape=batch_size, device=device)
 
 
-def _leaf_or_composite(full: Composite, keys: list) -> Any:
-    if len(keys) == 1:
-        return full[keys[0]]
-    return full
+def _declared_specs(cls: type) -> tuple[Composite, Composite] | None:
+    """The class-level ``(_output_spec, _input_spec)`` of an env class, if it declares them."""
+    output_spec = getattr(cls, "_output_spec", None)
+    input_spec = getattr(cls, "_input_spec", None)
+    if output_spec is None and input_spec is None:
+        return None
+    batch_size = (output_spec if output_spec is not None else input_spec).shape
+    if output_spec is None:
+        output_spec = Composite(shape=batch_size)
+    if input_spec is None:
+        input_spec = Composite(shape=batch_size)
+    for name, spec in (("_output_spec", output_spec), ("_input_spec", input_spec)):
+        if not isinstance(spec, Composite):
+            raise TypeError(
+                f"{cls.__name__}.{name}: a class-level spec must be a Composite, "
+                f"got {type(spec).__name__}"
+            )
+    return output_spec, input_spec
 
 
-class EnvBase(EnvKeys, nn.Module):
+class EnvBase(EnvSpecs, EnvKeys, nn.Module):
     """Base class of all tdrl environments: specs, reset / step protocol, rollouts.
 
     A subclass assigns its specs in ``__init__`` and implements ``_reset``,
     ``_step`` (returning the *next* data, not nested under ``"next"``) and
     ``_set_seed``. Everything else (done completion, partial resets and steps,
-    rollouts, random actions) is provided here.
+    rollouts, random actions) is provided here. A subclass may instead declare its
+    specs as class attributes ``_output_spec`` and ``_input_spec`` (Composites with the
+    ``full_*_spec`` entries): ``__init__`` then starts from copies of them and takes the
+    batch size from their shape when it is given none.
 
     Args:
         device: the device of the data the env reads and writes.
         batch_size: the batch size of the env (leading dims of every spec).
         run_type_checks: check actions and outputs against the specs at each step.
         allow_done_after_reset: do not raise when a reset element is still done.
-        spec_locked: lock the specs; in-place edits raise, assignments are allowed.
+        spec_locked: lock the specs once the env is first used (stepped, reset, its
+            keys or ``input_spec`` / ``output_spec`` read); from then on in-place edits
+            raise and assignments through the spec setters are allowed.
         auto_reset: the env's ``_step`` resets done elements by itself; resets in
             rollouts then reuse the observations ``_step`` returned.
         auto_reset_replace: with ``auto_reset``, replace the observations of the
@@ -130,6 +150,25 @@ class EnvBase(EnvKeys, nn.Module):
 
     _batch_locked: bool = True
 
+    def __new__(cls, *args: Any, _batch_locked: bool | None = None, **kwargs: Any) -> EnvBase:
+        """Create the (uninitialised) env; the constructor arguments are for ``__init__``.
+
+        Python passes the constructor arguments to ``__new__`` as well as to ``__init__``.
+        They are accepted (and ignored) here so that a subclass may define its own
+        ``__new__``, for instance to build class-level ``_output_spec`` / ``_input_spec``
+        from its arguments (see ``__init__``), and forward everything to this one.
+
+        Args:
+            *args: the constructor's positional arguments (ignored).
+            _batch_locked: a subclass's ``__new__`` may pass False to make a
+                batch-unlocked env without adding that switch to its ``__init__``.
+            **kwargs: the constructor's keyword arguments (ignored).
+        """
+        env = super().__new__(cls)
+        if _batch_locked is not None:
+            env.__dict__["_batch_locked"] = bool(_batch_locked)
+        return env
+
     def __init__(
         self,
         *,
@@ -143,8 +182,9 @@ class EnvBase(EnvKeys, nn.Module):
     ) -> None:
         super().__init__()
         device = _parse_device(device)
+        declared = _declared_specs(type(self))
         if batch_size is None:
-            batch_size = ()
+            batch_size = declared[0].shape if declared is not None else ()
         elif isinstance(batch_size, int):
             batch_size = (batch_size,)
         batch_size = torch.Size(batch_size)
@@ -153,7 +193,7 @@ class EnvBase(EnvKeys, nn.Module):
         self.__dict__["_spec_locked"] = spec_locked
         self.__dict__["_default_done"] = True
         class_locked = getattr(type(self), "batch_locked", None)
-        if isinstance(class_locked, bool):
+        if isinstance(class_locked, bool) and "_batch_locked" not in self.__dict__:
             # a subclass may declare ``batch_locked = False`` as a class attribute
             self.__dict__["_batch_locked"] = class_locked
         self.run_type_checks = run_type_checks
@@ -179,7 +219,9 @@ class EnvBase(EnvKeys, nn.Module):
             handler = AutoResetHandler(replace=auto_reset_replace)
         self.__dict__["_auto_reset_handler"] = handler
         self.__dict__["_done_completions"] = [DoneCompletion("done", "terminated")]
-        self._refresh()
+        if declared is not None:
+            self.output_spec = declared[0].clone()
+            self.input_spec = declared[1].clone()
 
     # ------------------------------------------------------------------ basics
     @property
@@ -198,8 +240,8 @@ class EnvBase(EnvKeys, nn.Module):
         self.__dict__["_batch_size"] = value
         specs = {}
         for parent, names in (
-            (self._input_spec, _INPUT_ENTRIES),
-            (self._output_spec, _OUTPUT_ENTRIES),
+            (self._input_spec, INPUT_ENTRIES),
+            (self._output_spec, OUTPUT_ENTRIES),
         ):
             for name in names:
                 spec = parent[name]
@@ -212,12 +254,12 @@ class EnvBase(EnvKeys, nn.Module):
                     self._check_spec_batch(name, spec)
                 specs[name] = spec
         self.__dict__["_input_spec"] = Composite(
-            {k: specs[k] for k in _INPUT_ENTRIES}, shape=value, device=self._device
+            {k: specs[k] for k in INPUT_ENTRIES}, shape=value, device=self._device
         )
         self.__dict__["_output_spec"] = Composite(
-            {k: specs[k] for k in _OUTPUT_ENTRIES}, shape=value, device=self._device
+            {k: specs[k] for k in OUTPUT_ENTRIES}, shape=value, device=self._device
         )
-        self._refresh()
+        self._invalidate()
 
     @property
     def shape(self) -> torch.Size:
@@ -226,12 +268,17 @@ class EnvBase(EnvKeys, nn.Module):
 
     @property
     def batch_locked(self) -> bool:
-        """Whether inputs must have exactly the env batch size (False: any leading batch)."""
+        """Whether inputs must have exactly the env batch size (False: any leading batch).
+
+        Read-only: it says what the env's ``_reset`` / ``_step`` can handle. A subclass
+        declares ``_batch_locked = False`` as a class attribute (or its ``__new__``
+        passes ``_batch_locked=False``).
+        """
         return self._batch_locked
 
     @batch_locked.setter
     def batch_locked(self, value: bool) -> None:
-        self.__dict__["_batch_locked"] = bool(value)
+        raise RuntimeError(BATCH_LOCKED_READ_ONLY)
 
     @property
     def auto_reset(self) -> bool:
@@ -247,216 +294,16 @@ class EnvBase(EnvKeys, nn.Module):
     def spec_locked(self, value: bool) -> None:
         self.set_spec_lock_(value)
 
+    @property
+    def is_spec_locked(self) -> bool:
+        """Alias of :attr:`spec_locked`."""
+        return self._spec_locked
+
     def set_spec_lock_(self, mode: bool = True) -> EnvBase:
         """Lock (or unlock) the specs; locking again refreshes the cached keys."""
         self.__dict__["_spec_locked"] = bool(mode)
         self._refresh()
         return self
-
-    # ------------------------------------------------------------ spec plumbing
-    def _check_spec_batch(self, name: str, spec: Any, key: Any = None) -> None:
-        batch = tuple(self._batch_size)
-        shape = tuple(spec.shape)
-        if shape[: len(batch)] != batch:
-            raise ValueError(
-                SPEC_BATCH_MISMATCH.format(
-                    name=name, key=key if key is not None else name, got=shape, expected=batch
-                )
-            )
-        if isinstance(spec, Composite):
-            for leaf_key in leaf_keys(spec):
-                leaf_shape = tuple(spec[leaf_key].shape)
-                if leaf_shape[: len(batch)] != batch:
-                    raise ValueError(
-                        SPEC_BATCH_MISMATCH.format(
-                            name=name, key=leaf_key, got=leaf_shape, expected=batch
-                        )
-                    )
-
-    def _prepare(self, name: str, spec: Any, default_key: str | None) -> Composite:
-        if spec is None:
-            spec = Composite(shape=self._batch_size, device=self._device)
-        if not isinstance(spec, Composite):
-            if default_key is None:
-                raise TypeError(f"{name} must be a Composite spec, got {type(spec).__name__}")
-            self._check_spec_batch(name, spec, default_key)
-            spec = Composite({default_key: spec}, shape=self._batch_size, device=self._device)
-        else:
-            self._check_spec_batch(name, spec)
-        if self._device is not None and spec.device != self._device:
-            spec = spec.to(self._device)
-        return spec
-
-    def _set_entry(self, parent_name: str, name: str, spec: Composite) -> None:
-        parent = self.__dict__[parent_name]
-        parent.unlock_()
-        parent[name] = spec
-        self._refresh()
-
-    def _refresh(self) -> None:
-        """Recompute the cached keys and leaf specs; relock the specs if needed."""
-        out, inp = self._output_spec, self._input_spec
-        out.unlock_()
-        inp.unlock_()
-        completions = self.__dict__.get("_done_completions", [])
-        cache = SpecCache()
-        cache.action_keys = leaf_keys(inp["full_action_spec"])
-        cache.state_keys = leaf_keys(inp["full_state_spec"])
-        cache.observation_keys = leaf_keys(out["full_observation_spec"])
-        cache.reward_keys = leaf_keys(out["full_reward_spec"])
-        cache.done_keys = leaf_keys(out["full_done_spec"])
-        groups = group_done_keys(cache.done_keys)
-        cache.done_keys_groups = [keys for _, keys in groups]
-        cache.reset_keys = [reset_key_for(prefix) for prefix, _ in groups]
-        cache.done_flag_keys = [done_flag_key(prefix, keys) for prefix, keys in groups]
-        cache.done_completions = completions
-        cache.mdp_excluded = excluded_set(cache.reward_keys)
-        cache.action_leaf = _leaf_or_composite(inp["full_action_spec"], cache.action_keys)
-        cache.reward_leaf = _leaf_or_composite(out["full_reward_spec"], cache.reward_keys)
-        cache.done_leaf = _leaf_or_composite(out["full_done_spec"], cache.done_keys)
-        self.__dict__["_cache"] = cache
-        if self._spec_locked:
-            out.lock_()
-            inp.lock_()
-
-    @property
-    def input_spec(self) -> Composite:
-        """Locked Composite with ``full_action_spec`` and ``full_state_spec``."""
-        return self._input_spec
-
-    @input_spec.setter
-    def input_spec(self, value: Composite) -> None:
-        for name in _INPUT_ENTRIES:
-            spec = value.get(name, None)
-            spec = self._prepare(name, spec, None)
-            self._input_spec.unlock_()
-            self._input_spec[name] = spec
-        self._refresh()
-
-    @property
-    def output_spec(self) -> Composite:
-        """Locked Composite with the full observation, reward and done specs."""
-        return self._output_spec
-
-    @output_spec.setter
-    def output_spec(self, value: Composite) -> None:
-        for name in _OUTPUT_ENTRIES:
-            spec = value.get(name, None)
-            if name == "full_done_spec" and spec is not None:
-                spec = self._complete_done(spec)
-            spec = self._prepare(name, spec, None)
-            self._output_spec.unlock_()
-            self._output_spec[name] = spec
-        self.__dict__["_default_done"] = False
-        self._refresh()
-
-    @property
-    def specs(self) -> Composite:
-        """A Composite holding ``output_spec`` and ``input_spec``."""
-        return Composite(
-            output_spec=self._output_spec,
-            input_spec=self._input_spec,
-            shape=self._batch_size,
-            device=self._device,
-        )
-
-    @property
-    def full_observation_spec(self) -> Composite:
-        """All observation entries."""
-        return self._output_spec["full_observation_spec"]
-
-    @full_observation_spec.setter
-    def full_observation_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_output_spec",
-            "full_observation_spec",
-            self._prepare("observation_spec", value, "observation"),
-        )
-
-    observation_spec = full_observation_spec
-
-    @property
-    def full_state_spec(self) -> Composite:
-        """All input entries that are not actions (empty for most stateful envs)."""
-        return self._input_spec["full_state_spec"]
-
-    @full_state_spec.setter
-    def full_state_spec(self, value: Composite | None) -> None:
-        self._set_entry("_input_spec", "full_state_spec", self._prepare("state_spec", value, None))
-
-    state_spec = full_state_spec
-
-    @property
-    def full_action_spec(self) -> Composite:
-        """All action entries, as a Composite."""
-        return self._input_spec["full_action_spec"]
-
-    @full_action_spec.setter
-    def full_action_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_input_spec", "full_action_spec", self._prepare("action_spec", value, "action")
-        )
-
-    @property
-    def action_spec(self) -> Any:
-        """The action leaf spec when there is a single action, the Composite otherwise."""
-        return self._cache.action_leaf
-
-    @action_spec.setter
-    def action_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.action_keys, "action")
-        self._set_entry("_input_spec", "full_action_spec", self._prepare("action_spec", value, key))
-
-    @property
-    def full_reward_spec(self) -> Composite:
-        """All reward entries, as a Composite."""
-        return self._output_spec["full_reward_spec"]
-
-    @full_reward_spec.setter
-    def full_reward_spec(self, value: Composite) -> None:
-        self._set_entry(
-            "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, "reward")
-        )
-
-    @property
-    def reward_spec(self) -> Any:
-        """The reward leaf spec when there is a single reward, the Composite otherwise."""
-        return self._cache.reward_leaf
-
-    @reward_spec.setter
-    def reward_spec(self, value: Any) -> None:
-        key = self._single_key(self._cache.reward_keys, "reward")
-        self._set_entry(
-            "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, key)
-        )
-
-    @property
-    def full_done_spec(self) -> Composite:
-        """All done / terminated / truncated entries, as a Composite."""
-        return self._output_spec["full_done_spec"]
-
-    @full_done_spec.setter
-    def full_done_spec(self, value: Composite) -> None:
-        self.__dict__["_default_done"] = False
-        self._set_entry("_output_spec", "full_done_spec", self._complete_done(value))
-
-    def _complete_done(self, value: Any) -> Composite:
-        spec, completions = complete_done_spec(self._prepare("done_spec", value, "done"))
-        self.__dict__["_done_completions"] = completions
-        return spec
-
-    @property
-    def done_spec(self) -> Any:
-        """The done leaf spec when there is a single done entry, the Composite otherwise."""
-        return self._cache.done_leaf
-
-    @done_spec.setter
-    def done_spec(self, value: Any) -> None:
-        self.full_done_spec = value
-
-    @staticmethod
-    def _single_key(keys: list, default: str) -> Any:
-        return keys[0] if len(keys) == 1 else default
 
     # ---------------------------------------------------------------- protocol
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
@@ -470,7 +317,7 @@ class EnvBase(EnvKeys, nn.Module):
 
     def _check_batch(self, method: str, tensordict: TensorDictBase) -> None:
         if self._batch_locked and tensordict.batch_size != self._batch_size:
-            raise ValueError(
+            raise BatchSizeError(
                 BATCH_MISMATCH.format(
                     method=method,
                     expected=tuple(self._batch_size),
@@ -526,9 +373,13 @@ class EnvBase(EnvKeys, nn.Module):
         if device is not None and data.device is not None and data.device != device:
             data = data.to(device)
         completions = self._cache.done_completions
-        if completions:
-            complete_done_data(data, completions)
+        if completions and complete_done_data(data, completions):
+            self._fill_done(data)
         return data
+
+    def _fill_done(self, data: TensorDictBase) -> None:
+        """Write False for the done entries of the levels ``data`` says nothing about."""
+        fill_missing_done(data, self._cache.done_keys, self.full_done_spec, len(self._batch_size))
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Run one step: write the ``_step`` output under ``"next"`` and return ``tensordict``.
@@ -557,8 +408,8 @@ class EnvBase(EnvKeys, nn.Module):
         ):
             next_tensordict = next_tensordict.to(device)
         completions = self._cache.done_completions
-        if completions:
-            complete_done_data(next_tensordict, completions)
+        if completions and complete_done_data(next_tensordict, completions):
+            self._fill_done(next_tensordict)
         if self.run_type_checks:
             self._check_outputs(next_tensordict)
         handler = self._auto_reset_handler
@@ -609,6 +460,34 @@ class EnvBase(EnvKeys, nn.Module):
         """
         return _rollout.step_and_maybe_reset(self, tensordict)
 
+    def add_truncated_keys(self) -> EnvBase:
+        """Add a ``"truncated"`` entry to each done level that lacks one; return the env.
+
+        The entry has the spec of the level's done flag. Steps that do not write it
+        get False, so ``rollout(set_truncated=True)`` can mark the last step.
+        """
+        spec = self.full_done_spec.clone()
+        completions = []
+        for level in self._cache.done_completions:
+            if level.truncated is None:
+                prefix = as_tuple(level.done)[:-1]
+                truncated = from_tuple((*prefix, "truncated"))
+                spec[truncated] = spec[level.done].clone()
+                level = DoneCompletion(level.done, level.terminated, truncated, True)
+            completions.append(level)
+        self._set_entry("_output_spec", "full_done_spec", spec)
+        self.__dict__["_done_completions"] = completions
+        self.__dict__["_default_done"] = False
+        return self
+
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The input of the next step: ``tensordict["next"]`` merged over its root.
+
+        The rewards are left out; actions, done flags and the other root entries
+        are kept (see :func:`~tdrl.envs.utils.step_mdp` for the other choices).
+        """
+        return merge_next(tensordict, self._cache.mdp_excluded, True)
+
     def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Reset the elements of ``tensordict`` whose done flags are set, if any."""
         return _rollout.maybe_reset(self, tensordict)
@@ -626,6 +505,8 @@ class EnvBase(EnvKeys, nn.Module):
         tensordict: TensorDictBase | None = None,
         set_truncated: bool = False,
         out: TensorDictBase | None = None,
+        actions: Iterable | None = None,
+        storing_device: Any = None,
     ) -> TensorDictBase:
         """Run up to ``max_steps`` steps and stack them along a trailing ``"time"`` dim.
 
@@ -639,6 +520,10 @@ class EnvBase(EnvKeys, nn.Module):
         Args:
             max_steps: the maximum number of steps.
             policy: a callable writing the action in a tensordict (random actions if None).
+                A policy returning a new tensordict (e.g. holding only the action) has
+                its output merged into the step's data; a plain ``nn.Module`` on tensors
+                reads the observations (by argument name, or the single one) and writes
+                the action.
             callback: called as ``callback(env, tensordict)`` after each step.
             auto_reset: reset the env first (with ``tensordict`` as input if given).
             auto_cast_to_device: move data to the policy's device and back.
@@ -650,6 +535,10 @@ class EnvBase(EnvKeys, nn.Module):
             tensordict: the initial data (required when ``auto_reset=False``).
             set_truncated: mark the last step as truncated (and done).
             out: a tensordict to write the stacked result into.
+            actions: instead of a policy, the actions to take: tensors (for the single
+                action key) or tensordicts. A sized iterable caps ``max_steps`` to its
+                length; the rollout also ends when the iterable runs out.
+            storing_device: the device of the returned data (default: the env's).
         """
         return _rollout.rollout(
             self,
@@ -664,6 +553,8 @@ class EnvBase(EnvKeys, nn.Module):
             tensordict=tensordict,
             set_truncated=set_truncated,
             out=out,
+            actions=actions,
+            storing_device=storing_device,
         )
 
     def _random_rollout(
@@ -710,9 +601,10 @@ class EnvBase(EnvKeys, nn.Module):
             tensordict = TensorDict({}, batch_size=self._batch_size, device=self._device)
         else:
             shape = None if self._batch_locked else self._rand_shape(tensordict)
-        if len(cache.action_keys) == 1:
+        if len(cache.action_keys) == 1 and type(cache.action_keys[0]) is str:
             fast_set(tensordict, cache.action_keys[0], cache.action_leaf.rand(shape))
         else:
+            # nested keys: the sample carries the nested levels with their own batch dims
             tensordict.update(self.full_action_spec.rand(shape))
         return tensordict
 
@@ -760,7 +652,7 @@ class EnvBase(EnvKeys, nn.Module):
             self.__dict__["_device"] = device
             self.__dict__["_input_spec"] = self._input_spec.to(device)
             self.__dict__["_output_spec"] = self._output_spec.to(device)
-            self._refresh()
+            self._invalidate()
         super().to(*args, **kwargs)
         return self
 

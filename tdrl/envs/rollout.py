@@ -8,7 +8,7 @@ were set and never validate data per step.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
 from tdrl.envs._partial import any_true
+from tdrl.envs._policy import ActionsExhausted, action_feeder, as_policy
 from tdrl.envs._stack import Irregular, stack_steps
 from tdrl.envs._step_mdp import fast_get, merge_next
 
@@ -32,10 +33,6 @@ def _any_done(data: TensorDictBase, done_flag_keys: list) -> bool:
         if done is not None and any_true(done):
             return True
     return False
-
-
-def _step_mdp(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
-    return merge_next(tensordict, env._cache.mdp_excluded, True)
 
 
 def maybe_reset(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
@@ -77,7 +74,7 @@ def step_and_maybe_reset(
         the next step (``step_mdp`` of it, reset where done).
     """
     tensordict = env.step(tensordict)
-    tensordict_ = _step_mdp(env, tensordict)
+    tensordict_ = env.step_mdp(tensordict)
     tensordict_ = maybe_reset(env, tensordict_)
     return tensordict, tensordict_
 
@@ -125,8 +122,8 @@ def _set_truncated(env: EnvBase, next_data: TensorDictBase) -> None:
                 next_data.set(done_key, torch.ones_like(done))
     if not found:
         raise RuntimeError(
-            "set_truncated=True requires a 'truncated' entry in the env done spec; "
-            f"the done keys are {env.done_keys}"
+            "set_truncated was set to True but the env done spec has no 'truncated' entry "
+            f"(done keys: {env.done_keys}); call env.add_truncated_keys() first"
         )
 
 
@@ -172,11 +169,21 @@ def rollout(
     tensordict: TensorDictBase | None = None,
     set_truncated: bool = False,
     out: TensorDictBase | None = None,
+    actions: Iterable | None = None,
+    storing_device: Any = None,
 ) -> TensorDictBase:
     """Run ``env`` for up to ``max_steps`` steps; see :meth:`EnvBase.rollout`."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer, got {max_steps}")
     any_done, all_done = _check_break_flags(break_when_any_done, break_when_all_done)
+    if actions is not None:
+        if policy is not None:
+            raise ValueError("rollout: got both a policy and actions; pass one of them")
+        if hasattr(actions, "__len__"):
+            if len(actions) == 0:
+                raise ValueError("rollout actions: expected at least one action, got none")
+            max_steps = min(max_steps, len(actions))
+        policy = action_feeder(env, actions)
     if policy is None and callback is None and auto_reset and tensordict is None:
         if return_contiguous and out is None and not all_done:
             # the env may run random-action rollouts on a cheaper path with the same data
@@ -190,8 +197,7 @@ def rollout(
         raise ValueError("rollout(auto_reset=False) needs an initial tensordict")
     elif not all_done:
         tensordict = maybe_reset(env, tensordict)
-    if policy is None:
-        policy = env.rand_action
+    policy = env.rand_action if policy is None else as_policy(env, policy)
     policy_device = _policy_device(policy) if auto_cast_to_device else None
     cast = policy_device is not None and policy_device != env.device
     with _gc_paused():
@@ -207,7 +213,11 @@ def rollout(
             cast,
             policy_device,
         )
+        if not steps:
+            raise ValueError("rollout actions: the iterable gave no action")
         result = _stack(steps, return_contiguous, out)
+        if storing_device is not None:
+            result = result.to(storing_device)
         # free the per-step tensordicts while the collector is paused: resumed with them
         # alive, its next pass would walk all of them
         del steps, tensordict
@@ -227,18 +237,52 @@ def _run(
     policy_device: Any,
 ) -> list:
     """The rollout loop proper: returns the list of stepped tensordicts."""
+    steps: list = []
+    try:
+        _loop(
+            env,
+            tensordict,
+            max_steps,
+            policy,
+            callback,
+            any_done,
+            all_done,
+            set_truncated,
+            cast,
+            policy_device,
+            steps.append,
+        )
+    except ActionsExhausted:
+        pass  # an iterable of actions ran out: the rollout ends with the steps taken
+    return steps
+
+
+def _loop(
+    env: EnvBase,
+    tensordict: TensorDictBase,
+    max_steps: int,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    callback: Callable[..., Any] | None,
+    any_done: bool,
+    all_done: bool,
+    set_truncated: bool,
+    cast: bool,
+    policy_device: Any,
+    append: Callable[[TensorDictBase], None],
+) -> None:
     env_device = env.device
     cache = env._cache
     excluded = cache.mdp_excluded
     done_flag_keys = cache.done_flag_keys
-    steps: list = []
-    append = steps.append
     step = env.step
     last = max_steps - 1
     for i in range(max_steps):
         if cast:
             tensordict = tensordict.to(policy_device)
-        tensordict = policy(tensordict)
+        result = policy(tensordict)
+        if result is not tensordict and result is not None:
+            # a policy returning a new tensordict (e.g. only the action): merge it
+            tensordict = tensordict.update(result)
         if cast:
             tensordict = tensordict.to(env_device)
         if all_done:
@@ -261,14 +305,14 @@ def _run(
                 break
         else:
             tensordict = maybe_reset(env, merge_next(tensordict, excluded, True))
-    return steps
 
 
 def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:
     dim = steps[0].batch_dims
     if not return_contiguous:
-        result = LazyStackedTensorDict.lazy_stack(steps, dim)
-    elif out is not None:
+        # named at construction: naming afterwards walks (and may densify) nested stacks
+        return LazyStackedTensorDict(*steps, stack_dim=dim, stack_dim_name="time")
+    if out is not None:
         result = torch.stack(steps, dim, out=out)
     else:
         try:

@@ -6,15 +6,21 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_collection
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDictBase,
+    is_tensor_collection,
+)
 
-from tdrl.data import Composite, make_composite_from_td
+from tdrl.data import Composite, Stacked, make_composite_from_td
 from tdrl.envs._checks import shapes_match
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
 from tdrl.envs._partial import any_true
-from tdrl.envs._step_mdp import excluded_set, merge_next
+from tdrl.envs._step_mdp import mdp_plan, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
+from tdrl.modules.random_policy import RandomPolicy
 
 if TYPE_CHECKING:
     from tdrl.envs.common import EnvBase
@@ -81,7 +87,8 @@ def step_mdp(
         action_keys: the action key(s).
 
     Every nesting level of the result is a new container, so updating it in
-    place never changes ``tensordict``.
+    place never changes ``tensordict``. A nested level with no entry left (all its
+    entries excluded, or none to begin with) is left out.
 
     Examples:
         >>> import torch
@@ -95,22 +102,60 @@ def step_mdp(
         >>> sorted(step_mdp(td, exclude_action=False, exclude_reward=False).keys())
         ['action', 'observation', 'reward']
     """
-    excluded = excluded_set(
-        reward_keys if exclude_reward else None,
-        done_keys if exclude_done else None,
-        action_keys if exclude_action else None,
+    excluded, kept_root = mdp_plan(
+        reward_keys, done_keys, action_keys, exclude_reward, exclude_done, exclude_action
     )
-    if exclude_action:
-        kept_root = ()
-    elif isinstance(action_keys, (str, tuple)):
-        kept_root = (action_keys,)
-    else:
-        kept_root = tuple(action_keys)
     out = merge_next(tensordict, excluded, keep_other, kept_root)
     if next_tensordict is not None:
         next_tensordict.update(out)
         return next_tensordict
     return out
+
+
+class _StepMDP:
+    """:func:`step_mdp` bound to the keys of one env, resolved once for repeated calls.
+
+    Calling it on a stepped tensordict gives what ``step_mdp`` gives with the env's
+    ``reward_keys``, ``done_keys`` and ``action_keys``, without resolving the keys at
+    each call. The keys are read at construction: build a new one after changing
+    the env's specs.
+
+    Args:
+        env: the env whose keys are used.
+        keep_other: keep the root entries that ``"next"`` does not overwrite.
+        exclude_reward: drop the reward entries.
+        exclude_done: drop the done entries.
+        exclude_action: drop the action entries.
+
+    Examples:
+        >>> from tdrl.envs import PendulumEnv
+        >>> env = PendulumEnv()
+        >>> to_next = _StepMDP(env, keep_other=False)
+        >>> sorted(to_next(env.rand_step(env.reset())).keys())
+        ['done', 'params', 'terminated', 'th', 'thdot']
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        keep_other: bool = True,
+        exclude_reward: bool = True,
+        exclude_done: bool = False,
+        exclude_action: bool = True,
+    ) -> None:
+        self.keep_other = keep_other
+        self.excluded, self.kept_root = mdp_plan(
+            env.reward_keys,
+            env.done_keys,
+            env.action_keys,
+            exclude_reward,
+            exclude_done,
+            exclude_action,
+        )
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Return the input of the next step built from ``tensordict["next"]``."""
+        return merge_next(tensordict, self.excluded, self.keep_other, self.kept_root)
 
 
 def terminated_or_truncated(
@@ -164,35 +209,6 @@ def terminated_or_truncated(
     return any_done
 
 
-class RandomPolicy:
-    """A policy that writes a random sample of an action spec.
-
-    The spec is kept by reference, not copied: later in-place changes (such as an
-    action mask updated by the env at each step) are seen by the next sample.
-
-    Args:
-        action_spec: a leaf spec or a Composite of actions.
-        action_key: where a leaf spec's sample is written.
-
-    Examples:
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data import Bounded
-        >>> policy = RandomPolicy(Bounded(-1.0, 1.0, (2,)))
-        >>> policy(TensorDict())["action"].shape
-        torch.Size([2])
-    """
-
-    def __init__(self, action_spec: Any, action_key: Any = "action") -> None:
-        self.action_spec = action_spec
-        self.action_key = action_key
-
-    def __call__(self, td: TensorDictBase) -> TensorDictBase:
-        """Write a random action into ``td`` and return it."""
-        if isinstance(self.action_spec, Composite):
-            return td.update(self.action_spec.rand())
-        return td.set(self.action_key, self.action_spec.rand())
-
-
 def get_available_libraries() -> dict[str, bool]:
     """Map each simulator library tdrl wraps to whether it is installed (nothing is imported).
 
@@ -240,7 +256,8 @@ def check_env_specs(
 
     Every entry of the specs must be present in the data with the expected
     shape (``-1`` dims match any size) and dtype and be within the spec's
-    domain, and the data must hold no entry the specs do not declare.
+    domain, and the data must hold no entry the specs do not declare (a state entry
+    may also show in ``"next"``).
     Non-tensor entries (strings, python objects) are checked for presence only.
     Action masks are not checked: a spec holds the mask of the last step only,
     while a masked env (``ActionMask``, ``TicTacToeEnv``) changes it at every step,
@@ -275,8 +292,10 @@ def check_env_specs(
     )
     env_ndim = len(env.batch_size)
     entries = _expected_entries(env)
+    # a state entry the step also returns (an RNG key, a hidden state...) may show in "next"
+    optional = {("next", *as_tuple(key)) for key in env.state_keys}
     for step in data.tensordicts:
-        _check_data(step, entries, env_ndim, check_dtype, step.batch_dims, None)
+        _check_data(step, entries, env_ndim, check_dtype, step.batch_dims, None, optional)
     if return_contiguous:
         try:
             torch.stack(data.tensordicts, data.stack_dim)
@@ -294,6 +313,7 @@ def _check_data(
     check_dtype: bool,
     lead_ndim: int,
     time_dim: int | None,
+    optional: set | None = None,
 ) -> None:
     present = {
         as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)
@@ -307,32 +327,23 @@ def _check_data(
                     detail="declared in the specs but absent from the rollout data",
                 )
             )
-        value = data.get(key)
-        if not isinstance(value, torch.Tensor):
+        if isinstance(spec, Stacked):
+            # a heterogeneous group: one tensor per stacked element, each with its own spec
+            values = _stacked_parts(data, key, spec.dim + data.batch_dims - env_ndim)
+            if len(values) != len(spec.specs):
+                raise AssertionError(
+                    CHECK_FAIL.format(
+                        what="shape mismatch",
+                        key=from_tuple(key),
+                        detail=f"expected {len(spec.specs)} stacked elements, got {len(values)}",
+                    )
+                )
+            for value, element in zip(values, spec.specs):
+                _check_value(value, element, key, data, env_ndim, check_dtype, lead_ndim, time_dim)
             continue
-        expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
-        got = tuple(value.shape)
-        if not shapes_match(expected, got):
-            raise AssertionError(
-                CHECK_FAIL.format(
-                    what="shape mismatch",
-                    key=from_tuple(key),
-                    detail=f"expected {expected}, got {got}",
-                )
-            )
-        if check_dtype and value.dtype != spec.dtype:
-            raise AssertionError(
-                CHECK_FAIL.format(
-                    what="dtype mismatch",
-                    key=from_tuple(key),
-                    detail=f"expected {spec.dtype}, got {value.dtype}",
-                )
-            )
-        if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:
-            if time_dim is not None:
-                value = value.movedim(time_dim, 0)
-            _check_domain(spec, value, key, lead_ndim, env_ndim)
-    unexpected = sorted(present - set(entries), key=str)
+        value = data.get(key)
+        _check_value(value, spec, key, data, env_ndim, check_dtype, lead_ndim, time_dim)
+    unexpected = sorted(present - set(entries) - (optional or set()), key=str)
     unexpected = [k for k in unexpected if not _is_private(k)]
     if unexpected:
         raise AssertionError(
@@ -343,6 +354,46 @@ def _check_data(
                 f"{[from_tuple(k) for k in unexpected]})",
             )
         )
+
+
+def _stacked_parts(data: TensorDictBase, key: tuple, dim: int) -> list:
+    """The value of ``key`` in each element of a heterogeneous stack (stack dim ``dim``)."""
+    container = data.get(key[:-1]) if len(key) > 1 else data
+    return [part.get(key[-1]) for part in container.unbind(dim)]
+
+
+def _check_value(
+    value: Any,
+    spec: Any,
+    key: tuple,
+    data: TensorDictBase,
+    env_ndim: int,
+    check_dtype: bool,
+    lead_ndim: int,
+    time_dim: int | None,
+) -> None:
+    if not isinstance(value, torch.Tensor):
+        return
+    expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
+    got = tuple(value.shape)
+    if not shapes_match(expected, got):
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="shape mismatch", key=from_tuple(key), detail=f"expected {expected}, got {got}"
+            )
+        )
+    if check_dtype and value.dtype != spec.dtype:
+        raise AssertionError(
+            CHECK_FAIL.format(
+                what="dtype mismatch",
+                key=from_tuple(key),
+                detail=f"expected {spec.dtype}, got {value.dtype}",
+            )
+        )
+    if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:
+        if time_dim is not None:
+            value = value.movedim(time_dim, 0)
+        _check_domain(spec, value, key, lead_ndim, env_ndim)
 
 
 def _is_leaf(cls: type) -> bool:

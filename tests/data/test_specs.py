@@ -297,6 +297,18 @@ def test_squeeze_unsqueeze_and_reshape():
         OneHot(3).unsqueeze(-1)
 
 
+def test_unsqueeze_after_singleton_value_dims():
+    # a single-flag Binary / OneHot: its only value dim has size 1, so a trailing
+    # singleton can be inserted (as when an env nests one flag per agent)
+    flag = Binary(n=1, shape=(2, 1))
+    nested = flag.unsqueeze(-1)
+    assert nested.shape == (2, 1, 1) and nested.n == 1
+    assert nested.expand(2, 5, 1).shape == (2, 5, 1)
+    assert OneHot(1).unsqueeze(-1).shape == (1, 1)
+    with pytest.raises(ValueError, match="outside the value dims"):
+        Binary(n=3, shape=(3,)).unsqueeze(-1)
+
+
 def test_indexing_bounded_keeps_per_element_bounds():
     spec = Bounded(torch.tensor([[0.0], [10.0]]), torch.tensor([[1.0], [11.0]]))
     assert spec[1] == Bounded(10.0, 11.0, shape=(1,))

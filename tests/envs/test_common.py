@@ -9,11 +9,13 @@ from tdrl.envs import (
     AutoResetEnv,
     AutoResetHandler,
     AutoResetTransform,
+    BatchSizeError,
     Compose,
     EnvBase,
     EnvMetaData,
     StepCounter,
     TransformedEnv,
+    check_env_specs,
     seed_generator,
 )
 from tests.mocks import (
@@ -84,12 +86,60 @@ def test_truncated_only_completion_data():
 
 def test_specs_locked():
     env = CountingEnv()
+    env.reset()
     with pytest.raises(RuntimeError):
         env.full_observation_spec["other"] = Unbounded((1,))
     env.set_spec_lock_(False)
     env.full_observation_spec["other"] = Unbounded((1,))
     env.set_spec_lock_(True)
     assert "other" in env.observation_keys
+
+
+class _EditsSpecsInPlace(CountingEnv):
+    """Adds entries to its specs in place in its constructor (a common subclass idiom)."""
+
+    def __init__(self):
+        super().__init__()
+        self.full_done_spec["truncated"] = self.full_done_spec["done"].clone()
+        self.full_observation_spec["extra"] = Unbounded((2,))
+        self.full_done_spec[("agent", "done")] = Categorical(2, (1,), dtype=torch.bool)
+
+    def _reset(self, tensordict=None, **kwargs):
+        return super()._reset(tensordict, **kwargs).update({"extra": torch.zeros(2)})
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict).update({"extra": torch.ones(2)})
+        out["truncated"] = torch.zeros(1, dtype=torch.bool)
+        out["agent", "done"] = out["done"].clone()
+        return out
+
+
+def test_constructor_may_edit_specs_in_place_until_first_use():
+    env = _EditsSpecsInPlace()
+    assert "extra" in env.observation_keys
+    # the nested level edited in place is completed like an assigned one
+    assert set(env.done_keys) == {
+        "done",
+        "terminated",
+        "truncated",
+        ("agent", "done"),
+        ("agent", "terminated"),
+    }
+    assert env.reset_keys == ["_reset", ("agent", "_reset")]
+    assert env.output_spec.is_locked and env.is_spec_locked
+    with pytest.raises(RuntimeError, match="locked"):
+        env.full_observation_spec["late"] = Unbounded((1,))
+    data = env.rand_step(env.reset())
+    assert data["next", "agent", "terminated"].shape == (1,)
+    check_env_specs(env)
+
+
+def test_reading_specs_locks_them_and_assignment_still_works():
+    env = CountingEnv()
+    assert env.input_spec.is_locked and env.full_action_spec.is_locked
+    env.observation_spec = Composite(observation=Unbounded((1,)), more=Unbounded((3,)))
+    assert set(env.observation_keys) == {"more", "observation"}
+    assert env.full_observation_spec.is_locked
 
 
 def test_keys_recomputed_on_assignment():
@@ -218,6 +268,10 @@ def test_batch_locked_rejects_other_batch():
     env = CountingEnv(batch_size=(3,))
     with pytest.raises(ValueError, match=r"batch size \(3,\).*got \(2,\)"):
         env.step(TensorDict({"action": torch.zeros(2, 1)}, [2]))
+    # also a RuntimeError, for code that catches what other implementations raise
+    with pytest.raises(RuntimeError) as info:
+        env.reset(TensorDict(batch_size=[4]))
+    assert isinstance(info.value, BatchSizeError)
 
 
 def test_step_writes_under_next_and_completes_terminated():
@@ -273,10 +327,33 @@ def test_partial_step_batch_unlocked():
     assert out["next", "reward"].squeeze(-1).tolist() == [1.0, 0.0, 1.0]
 
 
+def test_all_false_step_mask_skips_a_batch_locked_env():
+    env = CountingEnv(batch_size=(4,))
+    assert env.batch_locked
+    data = env.rand_step(env.reset())
+    data = env.step_mdp(data)
+    data.set("_step", torch.zeros(4, dtype=torch.bool))
+    data.set("action", torch.ones(4, 1))
+    out = env.step(data)
+    assert (env.count == 1).all()  # _step never ran
+    assert (out["next", "observation"] == out["observation"]).all()
+    assert (out["next", "reward"] == 0).all()
+
+
 def test_rand_action_batch_unlocked_shape():
     env = StatelessCountingEnv()
     data = env.rand_action(TensorDict(batch_size=[7]))
     assert data["action"].shape == (7, 1)
+
+
+@pytest.mark.parametrize("batch_size", [(), (2,)])
+def test_rand_action_with_a_nested_action_keeps_the_group_batch_size(batch_size):
+    env = MultiAgentCountingEnv(batch_size=batch_size)
+    assert env.action_keys == [("agents", "action")]
+    for start in (None, TensorDict(batch_size=batch_size), env.reset()):
+        data = env.rand_action(start)
+        assert data["agents"].batch_size == (*batch_size, 3)
+        assert env.action_spec.is_in(data["agents", "action"])
 
 
 def test_rand_step_without_input():
@@ -335,8 +412,9 @@ def test_nn_module_and_batch_locked_class_attribute():
     assert isinstance(env, torch.nn.Module)
     assert not env.batch_locked and not env._batch_locked
     env2 = CountingEnv()
-    env2.batch_locked = False
-    assert not env2.batch_locked
+    with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
+        env2.batch_locked = False
+    assert env2.batch_locked
 
 
 # ---------------------------------------------------------------- dynamic specs

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import LazyStackedTensorDict, TensorDict, dense_stack_tds
 from tensordict.nn.probabilistic import InteractionType, interaction_type
 
 from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
@@ -18,6 +18,7 @@ from tdrl.envs import (
     step_mdp,
     terminated_or_truncated,
 )
+from tdrl.envs.utils import _StepMDP
 from tests.mocks import CountingEnv, EnvWithDynamicSpec, MultiAgentCountingEnv, StatelessCountingEnv
 
 
@@ -83,6 +84,120 @@ def test_step_mdp_fresh_containers_and_next_tensordict():
     assert "observation" in target.keys()
 
 
+@pytest.mark.parametrize("keep_other", [True, False])
+def test_step_mdp_leaves_out_nested_levels_without_entries(keep_other):
+    td = TensorDict(
+        {
+            "observation": torch.zeros(4, 1),
+            "group": TensorDict(action=torch.zeros(4, 3, 1), batch_size=[4, 3]),
+            "unused": TensorDict(batch_size=[4, 2]),
+            "next": TensorDict(
+                {
+                    "observation": torch.ones(4, 1),
+                    "group": TensorDict(reward=torch.ones(4, 3, 1), batch_size=[4, 3]),
+                    "empty": TensorDict(batch_size=[4, 5]),
+                },
+                [4],
+            ),
+        },
+        [4],
+    )
+    out = step_mdp(
+        td, keep_other=keep_other, reward_keys=("group", "reward"), action_keys=("group", "action")
+    )
+    assert set(out.keys()) == {"observation"}
+    out = step_mdp(
+        td,
+        keep_other=keep_other,
+        exclude_reward=False,
+        reward_keys=("group", "reward"),
+        action_keys=("group", "action"),
+    )
+    assert set(out.keys(True, True)) == {"observation", ("group", "reward")}
+    assert out["group"].batch_size == (4, 3)
+
+
+@pytest.mark.parametrize("keep_other", [True, False])
+@pytest.mark.parametrize("exclude_reward", [True, False])
+@pytest.mark.parametrize("exclude_done", [True, False])
+@pytest.mark.parametrize("exclude_action", [True, False])
+def test_bound_step_mdp_matches_the_function(
+    keep_other, exclude_reward, exclude_done, exclude_action
+):
+    env = MultiAgentCountingEnv()
+    data = env.rand_step(env.reset())
+    flags = dict(
+        keep_other=keep_other,
+        exclude_reward=exclude_reward,
+        exclude_done=exclude_done,
+        exclude_action=exclude_action,
+    )
+    expected = step_mdp(
+        data,
+        reward_keys=env.reward_keys,
+        done_keys=env.done_keys,
+        action_keys=env.action_keys,
+        **flags,
+    )
+    got = _StepMDP(env, **flags)(data)
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    assert (got == expected).all()
+
+
+def test_env_step_mdp_keeps_actions_and_drops_rewards():
+    env = MultiAgentCountingEnv()
+    data = env.rand_step(env.reset())
+    out = env.step_mdp(data)
+    keys = set(out.keys(True, True))
+    assert not set(env.reward_keys) & keys
+    assert set(env.action_keys) <= keys and set(env.done_keys) <= keys
+    for key in env.observation_keys:
+        assert (out[key] == data["next", key]).all()
+
+
+def _agents(*sizes, **extra):
+    parts = [
+        TensorDict({"obs": torch.full((2, size), float(i)), **extra}, batch_size=[2])
+        for i, size in enumerate(sizes)
+    ]
+    return LazyStackedTensorDict.lazy_stack(parts, dim=1)
+
+
+@pytest.mark.parametrize("keep_other", [True, False])
+def test_step_mdp_merges_lazy_stacks_element_by_element(keep_other):
+    # agents whose observations differ in size: the group is a lazy stack
+    td = TensorDict(
+        {
+            "agents": _agents(3, 2, action=torch.ones(2, 1)),
+            "next": TensorDict(agents=_agents(3, 2, reward=torch.ones(2, 1)), batch_size=[2]),
+        },
+        [2],
+    )
+    out = step_mdp(
+        td,
+        keep_other=keep_other,
+        exclude_action=False,
+        reward_keys=("agents", "reward"),
+        action_keys=("agents", "action"),
+    )
+    group = out["agents"]
+    assert isinstance(group, LazyStackedTensorDict) and group.stack_dim == 1
+    for index, element in enumerate(group.tensordicts):
+        assert set(element.keys()) == {"obs", "action"}
+        assert element["obs"].shape == (2, 3 - index)
+        assert element is not td["next", "agents"].tensordicts[index]
+    # successive steps have the same structure, so they stack densely over time
+    assert dense_stack_tds([out, out.clone()], dim=1)["agents"].stack_dim == 2
+
+
+def test_step_mdp_drops_emptied_lazy_stacks():
+    td = TensorDict(
+        {"next": TensorDict(agents=_agents(3, 2), obs=torch.zeros(2, 1), batch_size=[2])}, [2]
+    )
+    out = step_mdp(td, reward_keys=("agents", "obs"))
+    assert set(out.keys()) == {"obs"}
+
+
 def test_step_mdp_requires_next():
     with pytest.raises(KeyError, match="'next'"):
         step_mdp(TensorDict(a=torch.zeros(1)))
@@ -141,6 +256,28 @@ def test_check_env_specs_names_undeclared_and_missing_keys():
 
     with pytest.raises(AssertionError, match=r"missing entry at key \('next', 'reward'\)"):
         check_env_specs(Missing())
+
+
+def test_check_env_specs_accepts_state_entries_in_next():
+    class CarriesState(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            self.state_spec = Composite(memory=Unbounded((2,)))
+
+        def _reset(self, tensordict=None, **kwargs):
+            return super()._reset(tensordict).set("memory", torch.zeros(2))
+
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("memory", tensordict["memory"] + 1)
+
+    check_env_specs(CarriesState())
+
+    class Undeclared(CarriesState):
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("other", torch.zeros(1))
+
+    with pytest.raises(AssertionError, match=r"undeclared entry at key \('next', 'other'\)"):
+        check_env_specs(Undeclared())
 
 
 def test_check_env_specs_dtype_and_domain():

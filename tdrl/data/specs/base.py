@@ -395,9 +395,17 @@ class TensorSpec:
         return self._with_shape(new_shape, _expand)
 
     def unsqueeze(self, dim: int) -> TensorSpec:
-        """A spec with a singleton dim inserted at ``dim`` (among the batch dims)."""
+        """A spec with a singleton dim inserted at ``dim`` (among the batch dims).
+
+        A position inside the value dims is accepted when the value dims before it
+        are singletons: the result is the same as inserting before the value dims.
+        """
         ndim = self.ndim
         pos = dim + ndim + 1 if dim < 0 else dim
+        if self._batch_ndim < pos <= ndim and all(
+            size == 1 for size in self.shape[self._batch_ndim : pos]
+        ):
+            pos = self._batch_ndim
         if not 0 <= pos <= self._batch_ndim:
             raise ValueError(
                 f"cannot unsqueeze {type(self).__name__} of shape {tuple(self.shape)} at dim {dim}: "

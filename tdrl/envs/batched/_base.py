@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
 
+from tdrl._settings import rl_warnings
 from tdrl.envs._partial import all_true
 from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
-from tdrl.envs.batched import _shared
+from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE
 from tdrl.envs.batched._specs import stack_env_specs
 from tdrl.envs.batched.env_creator import get_env_metadata
@@ -57,6 +58,24 @@ class _RemoteMethod:
         return f"<method {self.name!r} of the {self.env.num_workers} sub-envs>"
 
 
+class _WorkerValues(list):
+    """The values of an attribute on every sub-env; reading an attribute of it reads it
+    on the sub-envs' objects (``env.physics.timestep`` gives one value per sub-env).
+
+    Attributes of ``list`` itself (``index``, ``count``...) keep their list meaning.
+    """
+
+    def __init__(self, values: list, env: BatchedEnvBase, path: str) -> None:
+        super().__init__(values)
+        self._env = env
+        self._path = path
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._env._remote_attribute(f"{self._path}.{name}")
+
+
 class BatchedEnvBase(EnvBase):
     """Base class of SerialEnv and ParallelEnv: a batch of sub-envs seen as one env.
 
@@ -64,8 +83,9 @@ class BatchedEnvBase(EnvBase):
     sub-env specs stacked along a new first dim (lazily stacked when the
     sub-envs differ). ``"_step"`` / ``"_reset"`` masks step or reset only the
     marked sub-envs. Reading an attribute that the batched env does not have
-    returns one value per sub-env; a method is called on every sub-env and
-    returns the list of results.
+    returns one value per sub-env (attributes of those values can be read the same
+    way: ``env.physics.timestep``); a method is called on every sub-env and returns
+    the list of results.
 
     Args:
         num_workers: the number of sub-envs.
@@ -84,6 +104,8 @@ class BatchedEnvBase(EnvBase):
         mp_start_method: the start method of the worker processes (ParallelEnv).
         use_buffers: exchange data through preallocated buffers (default: unless the specs
             have dynamic dims).
+        consolidate: without buffers, ParallelEnv workers pack each reply into a single
+            storage before sending it (one buffer to pickle instead of one per entry).
 
     Examples:
         >>> import torch
@@ -115,6 +137,7 @@ class BatchedEnvBase(EnvBase):
         non_blocking: bool = False,
         mp_start_method: str | None = None,
         use_buffers: bool | None = None,
+        consolidate: bool = True,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
@@ -154,6 +177,7 @@ class BatchedEnvBase(EnvBase):
         self.num_sub_threads = num_sub_threads
         self.serial_for_single = serial_for_single
         self.non_blocking = non_blocking
+        self.consolidate = consolidate
         self.meta_data = metas
         homogeneous = self._set_specs(metas) and not share_individual_td
         self.share_individual_td = not homogeneous
@@ -165,11 +189,18 @@ class BatchedEnvBase(EnvBase):
             raise ValueError(
                 "use_buffers=True is impossible: the sub-env specs have dynamic (-1) dims"
             )
-        if not use_buffers:
+        if not use_buffers and rl_warnings():
             warnings.warn(DYNAMIC_WARNING.format(cls=type(self).__name__), stacklevel=2)
         self._use_buffers = use_buffers
         self._layout = (
-            _shared.plan_layout(per_worker, homogeneous, sub_batch) if use_buffers else None
+            _shared.plan_layout(
+                per_worker,
+                homogeneous,
+                sub_batch,
+                [_shared.group_shapes(m.output_spec, m.input_spec) for m in metas],
+            )
+            if use_buffers
+            else None
         )
         self._input_keys = [key for key, _, _ in per_worker[0]["input"]]
         self._state_keys = [key for key, _, optional in per_worker[0]["input"] if optional]
@@ -230,13 +261,32 @@ class BatchedEnvBase(EnvBase):
         self._all_workers = list(range(self.num_workers))
         self._start()
         self.is_closed = False
+        self.__dict__["_closed_by_user"] = False
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         """Close the sub-envs and stop the workers. Closing twice is a no-op."""
         if self.__dict__.get("is_closed", True):
             return
         self.is_closed = True
+        self.__dict__["_closed_by_user"] = True  # its indexed views refuse to restart it
         self._shutdown()
+
+    def __getitem__(self, index: Any) -> BatchedEnvBase:
+        """A view over some workers: ``env[1:]``, ``env[[0, 2]]``, ``env[torch.tensor([1])]``.
+
+        The view is an env of the same class sharing this env's workers: stepping or
+        resetting it steps or resets the selected sub-envs only, and reading an
+        attribute returns the selected sub-envs' values. Closing the view leaves this
+        env running; closing this env makes its views unusable. Boolean masks are not
+        accepted (pass their indices).
+        """
+        return _view.make_view(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}[{index!r}] = ...: replacing a sub-env (a snapshot "
+            "writeback of its state into a worker) is not supported; build a new batched env"
+        )
 
     def __enter__(self) -> BatchedEnvBase:
         return self
@@ -269,14 +319,16 @@ class BatchedEnvBase(EnvBase):
     ) -> list | None:
         """Copy actions (and state entries) into the input buffers; return per-worker payloads."""
         if not self._use_buffers:
-            keys = [k for k in self._input_keys if tensordict.get(k, None) is not None]
-            return [tensordict[w].select(*keys).to("cpu") for w in workers]
+            # select, not get: a heterogeneous input cannot be read as one tensor
+            keys = self._input_keys
+            return [tensordict[w].select(*keys, strict=False).to("cpu") for w in workers]
         views = self._input_views
         if len(views) == 1:
             pairs = self._input_pairs
             values = [fast_get(tensordict, key) for key, _ in pairs]
             if (
-                required
+                pairs  # an env without action nor state entries has nothing to copy
+                and required
                 and self.__dict__["_fast_inputs"]
                 and all(v is not None and v.shape == b.shape for v, (_, b) in zip(values, pairs))
             ):
@@ -326,7 +378,9 @@ class BatchedEnvBase(EnvBase):
                 last[w] = reply
             for w in range(self.num_workers):
                 if last[w] is None:
-                    raise RuntimeError(f"no {region} data was received yet from worker {w}")
+                    # a worker left out of a partial step or reset before sending any data:
+                    # zeros, as the buffers of the buffered path hold before the first write
+                    last[w] = self._zero_region(region, w)
             out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
             return self._to_device(out)
         missing = self._missing[region]
@@ -346,6 +400,17 @@ class BatchedEnvBase(EnvBase):
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
         return self._to_device(out)
+
+    def _zero_region(self, region: str, worker: int) -> TensorDictBase:
+        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output."""
+        output_spec = self.meta_data[worker].output_spec
+        names = ["full_observation_spec", "full_done_spec"]
+        if region == "next":
+            names.append("full_reward_spec")
+        data = output_spec[names[0]].zero()
+        for name in names[1:]:
+            data.update(output_spec[name].zero())
+        return data.to("cpu")
 
     def _to_device(self, out: TensorDictBase) -> TensorDictBase:
         device = self.device
@@ -541,10 +606,14 @@ class BatchedEnvBase(EnvBase):
             if name.startswith("_") or not self.__dict__.get("_ready", False):
                 raise
         self._ensure_started()
-        values = self._run("getattr", name)
+        return self._remote_attribute(name)
+
+    def _remote_attribute(self, path: str) -> Any:
+        """The attribute ``path`` (dotted for nested objects) of every sub-env."""
+        values = self._run("getattr", path)
         if all(isinstance(v, str) and v == CALLABLE for v in values):
-            return _RemoteMethod(self, name)
-        return values
+            return _RemoteMethod(self, path)
+        return _WorkerValues(values, self, path)
 
     def __repr__(self) -> str:
         body = super().__repr__().split("(", 1)[1]

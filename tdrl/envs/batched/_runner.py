@@ -7,6 +7,7 @@ runner's methods return the (small, picklable) reply payload of each command.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -83,8 +84,10 @@ class EnvRunner:
         layout: _shared.BufferLayout | None,
         expected_specs: tuple[Composite, Composite] | None,
         device: torch.device | None = None,
+        consolidate: bool = False,
     ) -> None:
         self.worker = worker
+        self.consolidate = consolidate
         env = env_fn(**env_kwargs)
         if device is not None and env.device != device:
             env = env.to(device)
@@ -169,7 +172,9 @@ class EnvRunner:
 
     def _output(self, region: str, data: TensorDictBase) -> Any:
         if self.writer is None:
-            return data.to("cpu") if self.to_cpu else data
+            data = data.to("cpu") if self.to_cpu else data
+            # one storage for all the leaves: one buffer to pickle instead of one per leaf
+            return data.consolidate() if self.consolidate else data
         missing, extra = self.writer.write(region, data)
         if missing or extra:
             return (missing, extra)
@@ -241,8 +246,8 @@ class EnvRunner:
         return self.env.set_seed(seed, static_seed=static_seed)
 
     def get_attribute(self, name: str) -> Any:
-        """An attribute of the env (:data:`CALLABLE` for methods)."""
-        value = getattr(self.env, name)
+        """An attribute of the env (:data:`CALLABLE` for methods); ``name`` may be dotted."""
+        value = operator.attrgetter(name)(self.env)
         if callable(value) and not isinstance(value, (torch.Tensor, TensorDictBase)):
             return CALLABLE
         return value
@@ -254,10 +259,10 @@ class EnvRunner:
         self._plan_fast_paths()
 
     def call(self, payload: tuple) -> Any:
-        """Call a method of the env."""
+        """Call a method of the env (or of one of its attributes: ``name`` may be dotted)."""
         name, args, kwargs = payload
         try:
-            return getattr(self.env, name)(*args, **kwargs)
+            return operator.attrgetter(name)(self.env)(*args, **kwargs)
         finally:
             self._plan_fast_paths()
 

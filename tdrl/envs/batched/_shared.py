@@ -60,6 +60,24 @@ class BufferLayout:
     nbytes: int = 0
     slots: dict[str, list[Slot]] = field(default_factory=lambda: {r: [] for r in REGIONS})
     pipe_keys: list[dict[str, list]] = field(default_factory=list)
+    #: per worker (one entry when homogeneous): nested level -> its sub-env batch shape
+    groups: list[dict[tuple, torch.Size]] = field(default_factory=list)
+
+
+def group_shapes(output_spec: Composite, input_spec: Composite) -> dict[tuple, torch.Size]:
+    """The shape of every nested level of a sub-env's data (e.g. an agent dim), by prefix."""
+    shapes: dict[tuple, torch.Size] = {}
+
+    def walk(spec: Composite, prefix: tuple) -> None:
+        for name, value in spec.items():
+            if isinstance(value, Composite):
+                shapes.setdefault((*prefix, name), torch.Size(value.shape))
+                walk(value, (*prefix, name))
+
+    for parent in (output_spec, input_spec):
+        for entry in parent.values():
+            walk(entry, ())
+    return shapes
 
 
 def region_specs(output_spec: Composite, input_spec: Composite) -> dict[str, list]:
@@ -95,10 +113,19 @@ def _aligned(n: int) -> int:
 
 
 def plan_layout(
-    per_worker: list[dict[str, list]], homogeneous: bool, sub_batch_size: torch.Size
+    per_worker: list[dict[str, list]],
+    homogeneous: bool,
+    sub_batch_size: torch.Size,
+    groups: list[dict[tuple, torch.Size]] | None = None,
 ) -> BufferLayout:
-    """Lay out the buffers of all workers (``per_worker[i]`` from :func:`region_specs`)."""
+    """Lay out the buffers of all workers (``per_worker[i]`` from :func:`region_specs`).
+
+    ``groups[i]`` (from :func:`group_shapes`) gives the batch shape of the nested levels
+    of worker ``i``, so that the tensordicts read from the buffers keep them.
+    """
     layout = BufferLayout(len(per_worker), homogeneous, torch.Size(sub_batch_size))
+    groups = groups or [{} for _ in per_worker]
+    layout.groups = [groups[0]] if homogeneous else list(groups)
     offset = 0
     workers: list[int | None] = [None] if homogeneous else list(range(len(per_worker)))
     for worker in workers:
@@ -146,8 +173,26 @@ def _view(arena: torch.Tensor, slot: Slot) -> torch.Tensor:
     return arena[slot.offset : slot.offset + numel * size].view(slot.dtype).view(slot.shape)
 
 
-def _tensordict(pairs: list, batch_size: torch.Size, device: Any = None) -> TensorDictBase:
+def _tensordict(
+    pairs: list,
+    batch_size: torch.Size,
+    device: Any = None,
+    groups: dict[tuple, torch.Size] | None = None,
+    lead: tuple = (),
+) -> TensorDictBase:
+    """The tensordict of ``(key, tensor)`` leaves; nested levels get their ``groups`` shape."""
     td = TensorDict({}, batch_size=batch_size, device=device)
+    if groups:
+        used = {
+            key[:depth]
+            for key, _ in pairs
+            if isinstance(key, tuple)
+            for depth in range(1, len(key))
+        }
+        for prefix in sorted(used, key=len):
+            shape = groups.get(prefix)
+            if shape is not None:
+                td.set(prefix, TensorDict({}, batch_size=(*lead, *shape), device=device))
     for key, tensor in pairs:
         td.set(key, tensor)
     return td
@@ -163,15 +208,18 @@ def parent_views(
     out: dict[str, list[TensorDictBase]] = {}
     for region in REGIONS:
         slots = layout.slots[region]
+        groups = layout.groups or [{}] * layout.num_workers
         if layout.homogeneous:
             batch = torch.Size([layout.num_workers, *layout.sub_batch_size])
-            out[region] = [_tensordict([(s.key, _view(arena, s)) for s in slots], batch, device)]
+            pairs = [(s.key, _view(arena, s)) for s in slots]
+            out[region] = [_tensordict(pairs, batch, device, groups[0], (layout.num_workers,))]
         else:
             out[region] = [
                 _tensordict(
                     [(s.key, _view(arena, s)) for s in slots if s.worker == worker],
                     layout.sub_batch_size,
                     device,
+                    groups[worker],
                 )
                 for worker in range(layout.num_workers)
             ]

@@ -68,7 +68,7 @@ def worker_main(
         arena: the shared buffers (None: data travels in the replies).
         layout: where each leaf lives in ``arena``.
         expected_specs: the ``(output_spec, input_spec)`` the parent built the buffers from.
-        options: ``filter_warnings``, ``num_threads`` and ``device``.
+        options: ``filter_warnings``, ``num_threads``, ``device`` and ``consolidate``.
         inherited: connections of the parent inherited through fork, closed at once.
     """
     for other in inherited or ():
@@ -82,7 +82,14 @@ def worker_main(
     try:
         env_fn = cloudpickle.loads(env_fn) if isinstance(env_fn, bytes) else env_fn
         runner = EnvRunner(
-            worker, env_fn, env_kwargs, arena, layout, expected_specs, options.get("device")
+            worker,
+            env_fn,
+            env_kwargs,
+            arena,
+            layout,
+            expected_specs,
+            options.get("device"),
+            consolidate=options.get("consolidate", False),
         )
     except BaseException as err:  # noqa: BLE001 - reported to the parent
         conn.send_bytes(error_reply(err))

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+import torch
+from tensordict import TensorDictBase
 
 from tdrl.envs.metadata import EnvMetaData
 
@@ -30,18 +32,35 @@ def get_env_metadata(
         env.close()
 
 
+def _to_shared(value: Any) -> Any:
+    """``value`` with its tensors (also inside dicts and tensordicts) in shared memory."""
+    if isinstance(value, torch.Tensor):
+        return value.share_memory_() if value.device.type == "cpu" else value
+    if isinstance(value, TensorDictBase):
+        return value.share_memory_()
+    if isinstance(value, dict):
+        return type(value)((key, _to_shared(item)) for key, item in value.items())
+    return value
+
+
 class EnvCreator:
-    """Wraps an env constructor; builds one env at creation to read its metadata.
+    """Wraps an env constructor; builds one env at creation to read its metadata and state.
 
     Batched envs read the specs of an ``EnvCreator`` from its
     :attr:`meta_data` instead of building a throwaway env, and pass them to their
     workers. An ``EnvCreator`` pickles with cloudpickle, so lambdas and local
     functions can be sent to worker processes.
 
+    With ``share_memory`` (the default), the state of the env built at creation
+    (its ``state_dict()``: parameters, buffers and transform statistics such as
+    :class:`~tdrl.envs.VecNorm`'s) is moved to shared memory, and every env the
+    creator builds, in this process or in worker processes, loads it by reference:
+    they all read and update the same tensors, which :meth:`state_dict` returns.
+
     Args:
         create_env_fn: a callable returning an env.
         create_env_kwargs: keyword arguments passed to ``create_env_fn``.
-        share_memory: kept for API compatibility (env parameters are not shared).
+        share_memory: share the env state between the envs this creator builds.
         **kwargs: merged into ``create_env_kwargs``.
 
     Examples:
@@ -74,16 +93,33 @@ class EnvCreator:
         self.create_env_fn = create_env_fn
         self.create_env_kwargs = {**(create_env_kwargs or {}), **kwargs}
         self.share_memory = share_memory
-        self._meta_data = get_env_metadata(create_env_fn, self.create_env_kwargs)
+        env = create_env_fn(**self.create_env_kwargs)
+        try:
+            self._meta_data = EnvMetaData.metadata_from_env(env)
+            state = env.state_dict() if share_memory else {}
+            self._shared_state = _to_shared(dict(state))
+        finally:
+            env.close()
 
     @property
     def meta_data(self) -> EnvMetaData:
         """The metadata (specs, batch size, device, batch lock) of the env this creator builds."""
         return self._meta_data
 
+    def state_dict(self) -> dict:
+        """The state shared by the envs this creator builds (live shared-memory tensors)."""
+        return self._shared_state
+
     def __call__(self, **kwargs: Any) -> Any:
-        """Build an env; ``kwargs`` override the stored keyword arguments."""
-        return self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+        """Build an env; ``kwargs`` override the stored keyword arguments.
+
+        The env loads the shared state by reference (``load_state_dict(..., assign=True)``),
+        so its updates are seen by the other envs of this creator.
+        """
+        env = self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+        if self._shared_state:
+            env.load_state_dict(self._shared_state, strict=False, assign=True)
+        return env
 
     def __getstate__(self) -> dict:
         return {
@@ -91,6 +127,7 @@ class EnvCreator:
             "create_env_kwargs": self.create_env_kwargs,
             "share_memory": self.share_memory,
             "meta_data": self._meta_data,
+            "shared_state": self._shared_state,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -98,6 +135,7 @@ class EnvCreator:
         self.create_env_kwargs = state["create_env_kwargs"]
         self.share_memory = state["share_memory"]
         self._meta_data = state["meta_data"]
+        self._shared_state = _to_shared(state["shared_state"])
 
     def __repr__(self) -> str:
         name = getattr(self.create_env_fn, "__name__", type(self.create_env_fn).__name__)

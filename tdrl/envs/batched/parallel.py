@@ -14,6 +14,7 @@ import cloudpickle
 import tdrl
 from tdrl.envs.batched import _start, _worker
 from tdrl.envs.batched._base import BatchedEnvBase
+from tdrl.envs.batched.env_creator import EnvCreator
 from tdrl.envs.batched.serial import SerialEnv
 
 __all__ = ["ParallelEnv"]
@@ -119,6 +120,7 @@ class ParallelEnv(BatchedEnvBase):
         options = {
             "filter_warnings": tdrl.filter_warnings_subprocess,
             "num_threads": self.num_sub_threads,
+            "consolidate": self.consolidate and not self._use_buffers,
         }
         processes: list = []
         connections: list = []
@@ -145,7 +147,9 @@ class ParallelEnv(BatchedEnvBase):
         for w in range(self.num_workers):
             fn = self.create_env_fn[w]
             # Under fork the constructor is inherited as is; otherwise it must be pickled.
-            fn_arg = fn if fork else cloudpickle.dumps(fn)
+            # An EnvCreator pickles itself (its function with cloudpickle) and is sent as
+            # is, so that its shared-memory state travels as shared memory, not as a copy.
+            fn_arg = fn if fork or isinstance(fn, EnvCreator) else cloudpickle.dumps(fn)
             meta = self.meta_data[w]
             parent_conn, child_conn = context.Pipe()
             process = context.Process(

@@ -44,7 +44,7 @@ class PendulumEnv(EnvBase):
     """
 
     metadata = {"render_modes": [], "render_fps": 30}
-    batch_locked = False
+    _batch_locked = False
     DEFAULT_X = math.pi
     DEFAULT_Y = 1.0
 

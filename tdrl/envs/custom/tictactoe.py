@@ -49,7 +49,7 @@ class TicTacToeEnv(EnvBase):
         0.0
     """
 
-    batch_locked = False
+    _batch_locked = False
 
     def __init__(self, *, single_player: bool = False, device: Any = None) -> None:
         super().__init__(device=device, batch_size=())

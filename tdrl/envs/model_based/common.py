@@ -133,6 +133,8 @@ class ModelBasedEnvBase(EnvBase):
         torch.Size([2, 3])
     """
 
+    _batch_locked = False
+
     def __init__(
         self,
         world_model: nn.Module,
@@ -151,7 +153,6 @@ class ModelBasedEnvBase(EnvBase):
         _check_functional(owner, "params", params)
         _check_functional(owner, "buffers", buffers)
         super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
-        self.batch_locked = False
         if self.device is not None and isinstance(world_model, nn.Module):
             world_model = world_model.to(self.device)
         self.world_model = world_model

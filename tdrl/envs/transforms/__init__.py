@@ -131,3 +131,13 @@ __all__ = [
     "VecNorm",
     "VecNormV2",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # VecGymEnvTransform lives with the gym wrappers (which import this package): resolved
+    # on first access so that both import orders work
+    if name == "VecGymEnvTransform":
+        from tdrl.envs.libs._gym_vector import VecGymEnvTransform
+
+        return VecGymEnvTransform
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

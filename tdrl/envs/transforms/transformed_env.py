@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from tdrl._settings import auto_unwrap_transformed_env
 from tdrl.envs import _partial
 from tdrl.envs._done import complete_done_spec
 from tdrl.envs.common import EnvBase
@@ -42,7 +43,8 @@ class TransformedEnv(EnvBase):
 
     Keyword Args:
         auto_unwrap: when ``base_env`` is itself a TransformedEnv, fold its transforms
-            (cloned) and this one into a single env over its base env. Defaults to False.
+            (cloned) and this one into a single env over its base env. None (default)
+            follows :func:`tdrl.auto_unwrap_transformed_env` (False unless set).
 
     Raises:
         RuntimeError: when ``transform`` already belongs to another env
@@ -71,6 +73,8 @@ class TransformedEnv(EnvBase):
             raise TypeError(
                 f"TransformedEnv base_env: expected an EnvBase instance, got {type(base_env).__name__}"
             )
+        if auto_unwrap is None:
+            auto_unwrap = auto_unwrap_transformed_env()
         if auto_unwrap and isinstance(base_env, TransformedEnv):
             inner = base_env.transform.clone()
             transform = Compose(inner) if transform is None else Compose(inner, transform)

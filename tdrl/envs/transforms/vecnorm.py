@@ -316,7 +316,12 @@ class VecNorm(LockedStats):
         return flatten_state(self.__dict__["_td"])
 
     def set_extra_state(self, state: dict) -> None:
-        """Restore statistics saved by :meth:`get_extra_state` (in place when initialized)."""
+        """Restore statistics saved by :meth:`get_extra_state` (in place when initialized).
+
+        Tensors already in shared memory (the shared state of an ``EnvCreator``) are
+        adopted instead of copied once the statistics exist, so that they stay shared
+        with their owner.
+        """
         if isinstance(state, dict) and "td" in state:
             state = state["td"] or {}
         if not state:
@@ -338,7 +343,10 @@ class VecNorm(LockedStats):
             return
         for key, value in loaded.items(True, True):
             current = stats.get(key, None)
-            if current is not None and current.shape == value.shape:
+            if value.is_shared() and (current is None or current.shape == value.shape):
+                # shared statistics (an EnvCreator's shared state) are adopted, not copied
+                stats.set(key, value)
+            elif current is not None and current.shape == value.shape:
                 current.copy_(value)
             else:
                 stats.set(key, value.clone().share_memory_())

@@ -13,6 +13,16 @@ from tdrl.envs import EnvBase
 from tests.mocks import CountingEnv
 
 
+class _Settings:
+    """An object held by a sub-env, to read its attributes through a batched env."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def doubled(self) -> int:
+        return 2 * self.size
+
+
 class SizedEnv(CountingEnv):
     """A counting env whose observation has ``size`` entries (heterogeneous batches)."""
 
@@ -26,6 +36,10 @@ class SizedEnv(CountingEnv):
 
     def describe(self, suffix: str = "") -> str:
         return f"size={self.size}{suffix}"
+
+    @property
+    def settings(self) -> _Settings:
+        return _Settings(self.size)
 
     def pid(self) -> int:
         return os.getpid()
@@ -114,3 +128,28 @@ class SleepyEnv(CountingEnv):
 
         time.sleep(self.delay)
         return super()._step(tensordict)
+
+
+class NoActionEnv(EnvBase):
+    """An env with no action and no state: only done flags and a step counter observation."""
+
+    def __init__(self, max_steps: int = 3):
+        super().__init__()
+        self.max_steps = max_steps
+        self.observation_spec = Composite(steps=Unbounded((1,)))
+        self.steps = 0
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.steps = 0
+        return TensorDict(steps=torch.zeros(1))
+
+    def _step(self, tensordict):
+        self.steps += 1
+        return TensorDict(
+            steps=torch.full((1,), float(self.steps)),
+            reward=torch.zeros(1),
+            done=torch.tensor([self.steps >= self.max_steps]),
+        )
+
+    def _set_seed(self, seed):
+        pass

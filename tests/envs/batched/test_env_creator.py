@@ -50,3 +50,44 @@ def test_bad_arguments():
         EnvCreator(3)
     with pytest.raises(TypeError, match="dict"):
         EnvCreator(CountingEnv, [1])
+
+
+def _normalized_pendulum():
+    from tdrl.envs import GymEnv, TransformedEnv, VecNorm
+
+    return TransformedEnv(GymEnv("Pendulum-v1"), VecNorm(in_keys=["observation"]))
+
+
+def _count(creator):
+    return creator.state_dict()["transform._extra_state"]["observation_count"].item()
+
+
+@pytest.mark.parametrize("batched", ["serial", "parallel"])
+def test_envs_built_by_a_creator_share_its_state(batched):
+    from tdrl.envs.batched import ParallelEnv
+
+    creator = EnvCreator(_normalized_pendulum)
+    state = creator.state_dict()
+    assert all(value.is_shared() for value in state["transform._extra_state"].values())
+    assert _count(creator) == 0
+    cls = SerialEnv if batched == "serial" else ParallelEnv
+    with cls(2, creator) as env:
+        env.rollout(5, break_when_any_done=False)
+    first = _count(creator)
+    assert first > 0  # the workers' updates reached the creator
+    # a second env of the same creator continues from the same statistics
+    single = creator()
+    single.rollout(3, break_when_any_done=False)
+    assert _count(creator) > first
+
+
+def test_shared_state_survives_pickling_and_can_be_disabled():
+    # a plain pickle copies the tensors: the copy shares its own state with its envs
+    creator = pickle.loads(pickle.dumps(EnvCreator(_normalized_pendulum)))
+    env = creator()
+    env.rollout(2)
+    assert _count(creator) > 0
+    private = EnvCreator(_normalized_pendulum, share_memory=False)
+    assert private.state_dict() == {}
+    private().rollout(2)
+    assert private.state_dict() == {}

@@ -70,6 +70,13 @@ def test_method_calls_run_in_every_worker():
         assert all(pid != multiprocessing.current_process().pid for pid in pids)
 
 
+def test_attributes_of_sub_env_attributes_are_read_in_the_workers():
+    with ParallelEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)]) as env:
+        assert env.settings.size == [3, 5]
+        assert env.settings.doubled() == [6, 10]
+        assert list(env.settings.size) == [3, 5]
+
+
 def test_heterogeneous_workers():
     with ParallelEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)]) as env:
         data = env.rand_step(env.reset())
@@ -275,3 +282,17 @@ def test_rollout_over_sub_envs_of_different_shapes(cls):
         assert (next_obs == alone["next", "observation"][t]).all()
         if t + 1 < 9:
             assert (root_obs == alone["observation"][t + 1]).all()
+
+
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+def test_consolidated_replies_give_the_same_data():
+    datas = []
+    for consolidate in (True, False):
+        with ParallelEnv(2, EnvWithDynamicSpec, consolidate=consolidate) as env:
+            assert env.consolidate is consolidate
+            env.set_seed(0)
+            datas.append(env.rollout(4, return_contiguous=False, break_when_any_done=False))
+    for step_a, step_b in zip(datas[0].unbind(1), datas[1].unbind(1)):
+        for key in ("observation", ("next", "observation"), ("next", "done")):
+            for part_a, part_b in zip(step_a.get(key).unbind(0), step_b.get(key).unbind(0)):
+                assert torch.equal(part_a, part_b)

@@ -12,7 +12,7 @@ from tdrl.data import StackedComposite
 from tdrl.envs import step_mdp
 from tdrl.envs.batched import SerialEnv
 from tdrl.envs.libs.gym import GymEnv
-from tests.envs.batched._envs import SizedEnv, TextEnv
+from tests.envs.batched._envs import NoActionEnv, SizedEnv, TextEnv
 from tests.envs.conformance import EnvConformance
 from tests.mocks import CountingEnv, EnvWithDynamicSpec, MultiAgentCountingEnv, ZeroResetEnv
 
@@ -118,6 +118,8 @@ def test_attribute_and_method_dispatch():
     env = SerialEnv(2, [partial(SizedEnv, 3), partial(SizedEnv, 5)])
     assert env.size == [3, 5]
     assert env.describe("!") == ["size=3!", "size=5!"]
+    assert env.settings.size == [3, 5]  # attributes of attributes, per sub-env
+    assert env.settings.doubled() == [6, 10]
     with pytest.raises(AttributeError):
         env._no_such_private_attribute  # noqa: B018
     env.close()
@@ -220,4 +222,12 @@ def test_sub_env_configuration_changes_reach_the_in_place_step():
     assert all(runner.direct_step is None for runner in env._runners)
     env._run("call", ("__setattr__", ("run_type_checks", False), {}))
     assert all(runner.direct_step is not None for runner in env._runners)
+    env.close()
+
+
+def test_sub_envs_without_actions():
+    env = SerialEnv(2, NoActionEnv)
+    assert env.action_keys == []
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "steps"][0].squeeze(-1).tolist() == [1.0, 2.0, 3.0, 1.0]
     env.close()

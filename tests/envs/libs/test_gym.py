@@ -396,6 +396,10 @@ def _check_ted_boundaries(data):
 def test_vector_env_same_step_is_ted_correct():
     env = GymEnv("CartPole-v1", num_envs=3, vectorization_mode="sync")
     assert type(env.transform) is VecGymEnvTransform
+    # also importable with the other transforms
+    from tdrl.envs.transforms import VecGymEnvTransform as FromTransforms
+
+    assert FromTransforms is VecGymEnvTransform
     assert env.batch_size == torch.Size([3])
     assert env.base_env._autoreset == "SameStep"
     assert "final" not in env.observation_spec.keys()
