@@ -107,14 +107,29 @@ def test_noop_reset_takes_random_steps(cartpole):
     assert 1 <= random_env.reset()["step_count"].item() <= 3
 
 
-def test_noop_reset_refuses_partial_resets():
+def test_noop_reset_refuses_batched_parents_and_bad_counts():
     env = TransformedEnv(CountingEnv(max_steps=100, batch_size=(2,)), NoopResetEnv(2, random=False))
-    td = env.reset()
-    td["_reset"] = torch.tensor([[True], [False]])
-    with pytest.raises(ValueError, match="partial resets"):
-        env.reset(td)
+    with pytest.raises(ValueError, match="batch-size is non-null"):
+        env.reset()
     with pytest.raises(ValueError, match="noops"):
-        NoopResetEnv(0)
+        NoopResetEnv(-1)
+    with pytest.raises(TypeError, match="noops"):
+        NoopResetEnv(2.0)
+
+
+def test_noop_reset_zero_noops_and_limits():
+    env = TransformedEnv(CountingEnv(max_steps=3), Compose(StepCounter(), NoopResetEnv(0)))
+    assert env.reset()["step_count"].item() == 0
+    done_too_soon = TransformedEnv(CountingEnv(max_steps=3), NoopResetEnv(4, random=False))
+    with pytest.raises(RuntimeError, match="done within 4 random steps"):
+        done_too_soon.reset()
+
+
+def test_noop_reset_needs_a_parent_but_passes_data_through():
+    td = TensorDict({"a": torch.ones(2)}, [2])
+    assert NoopResetEnv()(td) is td
+    with pytest.raises(RuntimeError, match="NoopResetEnv.parent not found"):
+        NoopResetEnv()._reset(td, td.empty())
 
 
 # ---------------------------------------------------------------- frame skip
@@ -143,8 +158,16 @@ def test_frame_skip_stateless_env_uses_fresh_state():
     td["action"] = torch.ones(1)
     twice = plain.step(plain.step(td.clone())["next"].set("action", torch.ones(1)))
     assert torch.allclose(env.step(td)["next", "th"], twice["next", "th"])
-    with pytest.raises(ValueError, match="frame_skip"):
+    with pytest.raises(ValueError, match="frame_skip should have a value greater or equal to one"):
         FrameSkipTransform(0)
+
+
+def test_frame_skip_needs_an_env():
+    td = TensorDict({"next": {}}, [])
+    with pytest.raises(RuntimeError, match="parent not found for FrameSkipTransform"):
+        Compose(FrameSkipTransform(2))._step(td, td.get("next"))
+    with pytest.raises(RuntimeError, match="can only be used when appended to a transformed env"):
+        FrameSkipTransform(2)(td)
 
 
 # ------------------------------------------------------------- end of life
