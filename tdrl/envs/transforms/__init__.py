@@ -49,6 +49,7 @@ from tdrl.envs.transforms.rewards import (
     RewardClipping,
     RewardScaling,
     SignTransform,
+    SuccessReward,
 )
 from tdrl.envs.transforms.sequences import BurnInTransform, RandomCropTensorDict
 from tdrl.envs.transforms.shapes import (
@@ -118,6 +119,7 @@ __all__ = [
     "RewardScaling",
     "RewardSum",
     "SignTransform",
+    "SuccessReward",
     "TargetReturn",
     "VecNorm",
 ]

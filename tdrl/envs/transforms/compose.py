@@ -198,7 +198,7 @@ class Compose(Transform):
         transform.set_container(self)
         self.transforms.append(transform)
         self._refresh_plan()
-        self._chain_changed()
+        self._chain_changed_or_undo(len(self.transforms) - 1)
 
     def insert(
         self, index: int, transform: Transform | Callable[[TensorDictBase], TensorDictBase]
@@ -217,7 +217,7 @@ class Compose(Transform):
         transform.set_container(self)
         self.transforms.insert(index, transform)
         self._refresh_plan()
-        self._chain_changed()
+        self._chain_changed_or_undo(index)
 
     def pop(self, index: int = -1) -> Transform:
         """Remove and return the transform at ``index``, without parent."""
@@ -227,6 +227,18 @@ class Compose(Transform):
         self._refresh_plan()
         self._chain_changed()
         return transform
+
+    def _chain_changed_or_undo(self, index: int) -> None:
+        """Tell the env about a new transform at ``index``; take it out again if the env refuses it."""
+        try:
+            self._chain_changed()
+        except Exception:
+            transform = self.transforms[index]
+            del self.transforms[index]
+            transform.reset_parent()
+            self._refresh_plan()
+            self._chain_changed()
+            raise
 
     def _chain_changed(self) -> None:
         self.empty_cache()
