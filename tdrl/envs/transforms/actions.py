@@ -7,7 +7,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from tdrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
-from tdrl.envs.transforms.transform import NestedKey, Transform
+from tdrl.envs.transforms.transform import FORWARD_NOT_IMPLEMENTED, NestedKey, Transform
 
 __all__ = ["ActionMask"]
 
@@ -20,7 +20,9 @@ class ActionMask(Transform):
     After every reset and step, the mask read from the data is written into the
     transformed env's action spec, so ``env.action_spec.rand()``, ``rand_action`` and
     random policies built on the spec only pick allowed actions. In a batched env,
-    add it to the batched env, not to its sub-envs.
+    add it to the batched env, not to its sub-envs. The action spec must be a
+    OneHot, Categorical, MultiOneHot or MultiCategorical one; another kind raises a
+    ``ValueError`` when the first mask arrives.
 
     Args:
         action_key: the action entry (a OneHot, Categorical, MultiOneHot or
@@ -52,28 +54,35 @@ class ActionMask(Transform):
 
     @property
     def action_spec(self) -> Any:
-        """The action spec of the env holding this transform (the one whose mask is updated)."""
+        """The action spec of the env holding this transform (the one whose mask is updated).
+
+        Raises:
+            RuntimeError: without an env.
+            ValueError: when the spec is not of a maskable kind.
+        """
         container = self.container
         if container is None:
             raise RuntimeError(
-                "ActionMask must be part of a TransformedEnv to update its action spec"
+                "ActionMask: parent cannot be None: the transform updates the action spec of "
+                "its env, add it to a TransformedEnv"
             )
         spec = container.full_action_spec[self.action_key]
         if not isinstance(spec, ACCEPTED_SPECS):
-            raise TypeError(
-                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
-                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
+            raise ValueError(
+                f"ActionMask: The action spec must be one of "
+                f"{[cls.__name__ for cls in ACCEPTED_SPECS]} to be masked; got "
+                f"{type(spec).__name__} at {self.action_key!r}"
             )
         return spec
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        spec = self.action_spec
         mask = next_tensordict.get(self.mask_key, None)
         if mask is None:
             raise KeyError(
                 f"ActionMask: expected the mask entry {self.mask_key!r} in the env output, got keys "
                 f"{list(next_tensordict.keys(True, True))}"
             )
-        spec = self.action_spec
         if mask.device != spec.device:
             mask = mask.to(spec.device)
         spec.update_mask(mask)
@@ -86,24 +95,15 @@ class ActionMask(Transform):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Not available outside an env: the transform updates an env's spec."""
-        raise RuntimeError(
-            "ActionMask only works inside a TransformedEnv (it updates the env's action spec); "
-            "it has no meaning on data from a buffer"
-        )
+        raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
 
     def transform_input_spec(self, input_spec: Any) -> Any:
-        """Check that the action spec is of a maskable kind."""
+        """Check that the action entry exists (its kind is checked when a mask arrives)."""
         input_spec = super().transform_input_spec(input_spec)
-        spec = input_spec["full_action_spec"].get(self.action_key, None)
-        if spec is None:
+        if input_spec["full_action_spec"].get(self.action_key, None) is None:
             raise KeyError(
                 f"ActionMask: action key {self.action_key!r} is not in the action spec; available "
                 f"keys: {list(input_spec['full_action_spec'].keys(True, True))}"
-            )
-        if not isinstance(spec, ACCEPTED_SPECS):
-            raise TypeError(
-                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
-                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
             )
         return input_spec
 

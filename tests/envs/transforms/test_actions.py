@@ -105,10 +105,13 @@ def test_action_mask_follows_partial_state():
 def test_action_mask_errors():
     with pytest.raises(TypeError, match="action_key"):
         ActionMask(action_key=3)
-    with pytest.raises(TypeError, match="Bounded"):
-        TransformedEnv(GymEnv("Pendulum-v1"), ActionMask())
-    with pytest.raises(RuntimeError, match="TransformedEnv"):
+    pendulum = TransformedEnv(GymEnv("Pendulum-v1"), ActionMask())
+    with pytest.raises(ValueError, match="The action spec must be one of .* got Bounded"):
+        pendulum.reset()
+    with pytest.raises(RuntimeError, match="not implemented"):
         ActionMask()(TensorDict({}, []))
+    with pytest.raises(RuntimeError, match="parent cannot be None"):
+        ActionMask()._call(TensorDict({}, []))
     cartpole = TransformedEnv(GymEnv("CartPole-v1"), ActionMask())
     with pytest.raises(KeyError, match="action_mask"):
         cartpole.reset()
