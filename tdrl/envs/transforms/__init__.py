@@ -13,6 +13,7 @@ from tdrl.envs.transforms.dtypes import (
     DTypeCastTransform,
     PinMemoryTransform,
 )
+from tdrl.envs.transforms.expand_as import ExpandAs
 from tdrl.envs.transforms.frames import CatFrames, TimeMaxPool
 from tdrl.envs.transforms.images import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from tdrl.envs.transforms.keys import (
@@ -59,6 +60,7 @@ from tdrl.envs.transforms.shapes import (
     SqueezeTransform,
     UnsqueezeTransform,
 )
+from tdrl.envs.transforms.terminations import RandomTruncationTransform, TerminateTransform
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
 
@@ -87,6 +89,7 @@ __all__ = [
     "DeviceCastTransform",
     "DoubleToFloat",
     "EndOfLifeTransform",
+    "ExpandAs",
     "ExcludeTransform",
     "FlattenObservation",
     "FrameSkipTransform",
@@ -97,12 +100,14 @@ __all__ = [
     "ObservationTransform",
     "PermuteTransform",
     "PinMemoryTransform",
+    "RandomTruncationTransform",
     "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
     "SqueezeTransform",
     "StepCounter",
     "TensorDictPrimer",
+    "TerminateTransform",
     "TrajCounter",
     "Transform",
     "TransformedEnv",
