@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tdrl.envs.transforms.action_maps import ActionScaling, FlattenAction
 from tdrl.envs.transforms.actions import ActionMask
 from tdrl.envs.transforms.auto_reset_env import AutoResetEnv
 from tdrl.envs.transforms.checks import FiniteTensorDictCheck
@@ -79,6 +80,7 @@ __all__ = [
     "ToTensorImage",
     "gSDENoise",
     "ActionMask",
+    "ActionScaling",
     "AutoResetEnv",
     "AutoResetTransform",
     "BatchSizeTransform",
@@ -91,6 +93,7 @@ __all__ = [
     "EndOfLifeTransform",
     "ExpandAs",
     "ExcludeTransform",
+    "FlattenAction",
     "FlattenObservation",
     "FrameSkipTransform",
     "Hash",
