@@ -27,7 +27,9 @@ from tdrl.envs.transforms.keys import (
     UnaryTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
+from tdrl.envs.transforms.multi_action import MultiAction
 from tdrl.envs.transforms.normalization import ObservationNorm, VecNorm
+from tdrl.envs.transforms.policy_switch import ConditionalPolicySwitch
 from tdrl.envs.transforms.projections import (
     ActionDiscretizer,
     DiscreteActionProjection,
@@ -86,6 +88,7 @@ __all__ = [
     "BatchSizeTransform",
     "CatTensors",
     "Compose",
+    "ConditionalPolicySwitch",
     "ConditionalSkip",
     "DTypeCastTransform",
     "DeviceCastTransform",
@@ -98,6 +101,7 @@ __all__ = [
     "FrameSkipTransform",
     "Hash",
     "InitTracker",
+    "MultiAction",
     "MultiStepTransform",
     "NoopResetEnv",
     "ObservationTransform",

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from tdrl.envs import _partial
 from tdrl.envs._done import complete_done_spec
+from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.common import EnvBase
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.transform import Transform, _as_transform
@@ -196,13 +197,10 @@ class TransformedEnv(EnvBase):
         env_dict = self.__dict__
         transform = env_dict["_transform"]
         base = env_dict["_base_env"]
-        if env_dict["_needs_inverse"]:
-            tensordict_in = transform.inv(tensordict)
-            partial = tensordict_in.get("_step", None)
-            if partial is not None:
-                return self._partial_step_through(tensordict, tensordict_in, partial)
-        else:
-            tensordict_in = tensordict
+        tensordict_in = transform.inv(tensordict) if env_dict["_needs_inverse"] else tensordict
+        partial = fast_get(tensordict_in, "_step")
+        if partial is not None:
+            return self._partial_step_through(tensordict, tensordict_in, partial)
         next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
         return transform._step(tensordict, next_tensordict)
 
