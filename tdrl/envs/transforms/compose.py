@@ -128,8 +128,12 @@ class Compose(Transform):
         return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
-        """Chain the input spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the input spec through every transform, from the env outwards.
+
+        The first transform maps the base env's input spec to what it accepts from the
+        next one, and so on: the last transform gives the spec the outside world sees.
+        """
+        for transform in self.transforms:
             input_spec = transform.transform_input_spec(input_spec)
         self._refresh_plan()
         return input_spec
@@ -153,14 +157,14 @@ class Compose(Transform):
         return done_spec
 
     def transform_action_spec(self, action_spec: Any) -> Any:
-        """Chain the action spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the action spec through every transform, from the env outwards."""
+        for transform in self.transforms:
             action_spec = transform.transform_action_spec(action_spec)
         return action_spec
 
     def transform_state_spec(self, state_spec: Any) -> Any:
-        """Chain the state spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the state spec through every transform, from the env outwards."""
+        for transform in self.transforms:
             state_spec = transform.transform_state_spec(state_spec)
         return state_spec
 

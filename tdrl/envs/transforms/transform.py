@@ -51,7 +51,7 @@ PARENT_SET_ERROR = (
 
 def _normalize_keys(keys: Any, name: str) -> list:
     """Turn ``None`` / a key / a sequence of keys into a list of unravelled keys."""
-    if keys is None:
+    if keys is None or keys == ():
         return []
     if isinstance(keys, (str, tuple)):
         keys = [keys]

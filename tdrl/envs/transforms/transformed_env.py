@@ -44,6 +44,8 @@ class TransformedEnv(EnvBase):
     Keyword Args:
         auto_unwrap: when ``base_env`` is itself a TransformedEnv, fold its transforms
             (cloned) and this one into a single env over its base env. Defaults to False.
+        device: move the env (base env and transforms) to this device.
+        spec_locked: lock the computed specs against in-place edits (default).
 
     Raises:
         RuntimeError: when ``transform`` already belongs to another env
@@ -67,6 +69,8 @@ class TransformedEnv(EnvBase):
         cache_specs: bool = True,
         *,
         auto_unwrap: bool | None = None,
+        device: torch.device | str | None = None,
+        spec_locked: bool = True,
     ) -> None:
         if not isinstance(base_env, EnvBase):
             raise TypeError(
@@ -85,9 +89,12 @@ class TransformedEnv(EnvBase):
             device=base_env.device,
             batch_size=base_env.batch_size,
             allow_done_after_reset=base_env.allow_done_after_reset,
+            spec_locked=spec_locked,
         )
         self._modules["base_env"] = base_env
         self._set_transform(transform)
+        if device is not None and torch.device(device) != self.device:
+            self.to(device)
 
     # --------------------------------------------------------------- plumbing
     @property
@@ -185,7 +192,10 @@ class TransformedEnv(EnvBase):
 
     @batch_locked.setter
     def batch_locked(self, value: bool) -> None:
-        self.__dict__["_base_env"].batch_locked = value
+        raise RuntimeError(
+            "batch_locked is a read-only property of a TransformedEnv: it follows the base env; "
+            "set it on the base env instead"
+        )
 
     @property
     def auto_reset(self) -> bool:
@@ -339,6 +349,13 @@ class TransformedEnv(EnvBase):
         """Recompute the specs and cached keys (after editing the base env's specs)."""
         self.__dict__["_transform"].empty_cache()
         self._compute_specs()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "transform":
+            # nn.Module would store a submodule directly; go through the property instead
+            type(self).transform.fset(self, value)
+            return
+        super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> Any:
         try:
