@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase, unravel_key
 
-from tdrl.data import Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, Unbounded
+from tdrl.data import (
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 from tdrl.envs.transforms.resets import TensorDictPrimer
 from tdrl.envs.transforms.transform import INPUT_ENTRIES, NestedKey, Transform, locate_spec
 
@@ -391,9 +399,10 @@ class gSDENoise(TensorDictPrimer):
     ) -> None:
         sized = state_dim is not None and action_dim is not None
         tail = (action_dim, state_dim) if sized else (1,)
-        full_shape = (*(() if shape is None else tuple(shape)), *tail)
+        lead = () if shape is None else tuple(shape)
         kwargs.setdefault("random", sized)
-        super().__init__(primers={"_eps_gSDE": Unbounded(shape=full_shape)}, **kwargs)
+        primers = Composite(_eps_gSDE=Unbounded(shape=(*lead, *tail)), shape=lead)
+        super().__init__(primers=primers, **kwargs)
         self.state_dim = state_dim
         self.action_dim = action_dim
 

@@ -49,13 +49,16 @@ class TensorDictPrimer(Transform):
     Args:
         primers: a dict or Composite of specs (specs may also be given as keyword
             arguments).
-        random: draw reset values from the specs instead of using defaults.
+        random: draw reset values from the specs instead of using defaults
+            (``default_value`` is then not used).
         default_value: the reset value: a number, a callable returning a tensor, or
             a dict mapping keys to either.
         reset_key: the ``"_reset"`` entry to read for partial resets (default: the
             root one).
-        expand_specs: expand primer specs to the env batch size (default: when their
-            shape does not start with it).
+        expand_specs: how primers whose batch shape (the shape of the ``primers``
+            Composite) differs from the env batch size are handled: True expands them
+            to it, False uses the leaf specs as they are (they must then start with the
+            env batch size), None (default) refuses the mismatch with a RuntimeError.
         single_default_value: with a callable ``default_value``, call it once and use
             the result for every primer.
         call_before_env_reset: write the primers before the base env's reset (the env
@@ -90,8 +93,6 @@ class TensorDictPrimer(Transform):
         primers = dict(kwargs) if primers is None else primers
         if not isinstance(primers, Composite):
             primers = Composite(primers)
-        if random and default_value is not None:
-            raise ValueError("TensorDictPrimer: random=True and default_value are exclusive")
         super().__init__(out_keys=list(primers.keys(True, True)))
         self.primers = primers
         self.random = bool(random)
@@ -196,18 +197,25 @@ class TensorDictPrimer(Transform):
         return tensordict
 
     def _expanded(self, batch_size: torch.Size, device: Any) -> Composite:
-        expand = self.expand_specs
+        primers = self.primers
+        own = tuple(primers.shape)
+        batch = tuple(batch_size)
+        if own != batch and self.expand_specs is None:
+            raise RuntimeError(
+                f"TensorDictPrimer: the primers have batch shape {own}, which differs from the "
+                f"env batch size {batch}; pass expand_specs=True to expand them to the env batch "
+                "size, or expand_specs=False to use the primer specs as they are"
+            )
         out = Composite(shape=batch_size, device=device)
         for key in self.out_keys:
-            spec = self.primers[key]
-            starts = tuple(spec.shape[: len(batch_size)]) == tuple(batch_size)
-            if expand or (expand is None and not starts):
-                spec = spec.expand(*batch_size, *spec.shape)
-            elif not starts:
+            spec = primers[key]
+            if own != batch and self.expand_specs:
+                spec = spec.expand(*batch_size, *spec.shape[len(own) :])
+            elif tuple(spec.shape[: len(batch)]) != batch:
                 raise ValueError(
                     f"TensorDictPrimer: the spec of {key!r} has shape {tuple(spec.shape)}, which "
-                    f"does not start with the env batch size {tuple(batch_size)}; pass "
-                    "expand_specs=True to expand it"
+                    f"does not start with the env batch size {batch}; pass expand_specs=True "
+                    "to expand it"
                 )
             if device is not None and spec.device != device:
                 spec = spec.to(device)

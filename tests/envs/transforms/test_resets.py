@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     AutoResetTransform,
     Compose,
@@ -49,7 +49,7 @@ def test_primer_defaults_on_gym(cartpole):
 def test_primer_expands_to_batch_and_carries_values():
     env = TransformedEnv(
         CountingEnv(max_steps=100, batch_size=(3,)),
-        TensorDictPrimer({"h": Unbounded((4,))}, default_value=1.5),
+        TensorDictPrimer({"h": Unbounded((4,))}, default_value=1.5, expand_specs=True),
     )
     assert env.observation_spec["h"].shape == (3, 4)
     check_env_specs(env)
@@ -60,10 +60,25 @@ def test_primer_expands_to_batch_and_carries_values():
     assert env.step(td)["next", "h"].unique().tolist() == [3.0]
 
 
+def test_primer_batch_shape_must_match_or_be_handled():
+    base = CountingEnv(max_steps=100, batch_size=(2,))
+    with pytest.raises(RuntimeError, match="expand_specs=True"):
+        TransformedEnv(base, TensorDictPrimer(h=Unbounded((4,))))
+    # primers given with the env batch shape need no expansion
+    primers = Composite(h=Unbounded((2, 4)), shape=(2,))
+    env = TransformedEnv(base, TensorDictPrimer(primers))
+    assert env.reset()["h"].shape == (2, 4)
+    # without expansion, the leaf specs must start with the env batch size
+    env = TransformedEnv(base, TensorDictPrimer(h=Unbounded((2, 4)), expand_specs=False))
+    check_env_specs(env)
+    with pytest.raises(ValueError, match="does not start with the env batch size"):
+        TransformedEnv(base, TensorDictPrimer(h=Unbounded((4,)), expand_specs=False))
+
+
 def test_primer_partial_reset_and_random():
     env = TransformedEnv(
         CountingEnv(max_steps=100, batch_size=(2,)),
-        TensorDictPrimer(h=Bounded(-1.0, 1.0, (3,)), random=True),
+        TensorDictPrimer(h=Bounded(-1.0, 1.0, (3,)), random=True, expand_specs=True),
     )
     td = env.reset()
     assert td["h"].shape == (2, 3) and (td["h"].abs() <= 1).all()
@@ -92,8 +107,9 @@ def test_primer_callable_default_before_reset_and_forward():
     assert torch.equal(seen["h"], torch.ones(2)) and torch.equal(td["h"], torch.ones(2))
     data = TensorDictPrimer(h=Unbounded((2,)))(TensorDict({}, [5]))
     assert data["h"].shape == (5, 2)
-    with pytest.raises(ValueError, match="exclusive"):
-        TensorDictPrimer(h=Unbounded(()), random=True, default_value=1.0)
+    # random draws take precedence over default values
+    random = TensorDictPrimer(h=Bounded(2.0, 3.0, ()), random=True, default_value=1.0)
+    assert bool((random(TensorDict({}, [50]))["h"] >= 2.0).all())
 
 
 # ---------------------------------------------------------------- noop reset
