@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -341,11 +346,58 @@ class StepCounter(Transform):
         )
 
 
+def _counter_dir() -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+class _SharedCounter:
+    """An int64 counter in a small file: every process holding a copy increments the same value.
+
+    Pickling carries the file's path; the process that created the counter removes the
+    file when the counter is garbage collected.
+    """
+
+    def __init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="tdrl-traj-count-", dir=_counter_dir())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((0).to_bytes(8, "little", signed=True))
+        self.path = path
+        self._lock = threading.Lock()
+        weakref.finalize(self, _remove, path)
+
+    def take(self, count: int) -> int:
+        """Add ``count`` and return the value before the addition (atomic across processes)."""
+        if not os.path.exists(self.path):
+            # the creating process is gone (a copy loaded later): start a counter of our own
+            self.__init__()
+        with self._lock, open(self.path, "r+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            start = int.from_bytes(handle.read(8), "little", signed=True)
+            handle.seek(0)
+            handle.write((start + count).to_bytes(8, "little", signed=True))
+        return start
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._lock = threading.Lock()
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 class TrajCounter(Transform):
     """Gives each trajectory a distinct id (``traj_count``), counted across resets.
 
-    The counter lives in shared memory and is shared by clones of the transform,
-    so copies in several envs of a batch draw distinct ids. The id is written next
+    The counter is shared by clones and by pickled copies of the transform, in this
+    process and in others (it lives in a small file that copies map again), so the
+    copies in the sub-envs of a batched env, even in spawned workers, draw distinct
+    ids. The id is written next
     to the done entries of its level: ``out_key=("agents", "traj_count")`` follows
     ``("agents", "done")`` and ``("agents", "_reset")`` when the env has them.
 
@@ -363,8 +415,7 @@ class TrajCounter(Transform):
 
     def __init__(self, out_key: NestedKey = "traj_count") -> None:
         super().__init__(out_keys=[out_key])
-        self.register_buffer("_traj_count", torch.zeros((), dtype=torch.int64).share_memory_())
-        self.__dict__["_lock"] = threading.Lock()
+        self.__dict__["_counter"] = _SharedCounter()
         self._spec: Any = None
         prefix = as_tuple(self.out_keys[0])[:-1]
         self._done_key = _join(prefix, "done")
@@ -394,9 +445,7 @@ class TrajCounter(Transform):
         else:
             reset = align_mask(reset, shape, "_reset", self._reset_key, self.out_key)
         count = int(reset.sum())
-        with self.__dict__["_lock"]:
-            start = int(self._traj_count)
-            self._traj_count.add_(count)
+        start = self.__dict__["_counter"].take(count)
         ids = torch.zeros(shape, dtype=torch.int64, device=device)
         ids[reset] = torch.arange(start, start + count, device=device)
         if previous is not None and not all_true(reset):
@@ -442,15 +491,6 @@ class TrajCounter(Transform):
         if self._spec is not None:
             input_spec["full_state_spec"][self.out_key] = self._spec.clone()
         return input_spec
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        self.__dict__["_lock"] = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TrajCounter(out_key={self.out_key!r})"

@@ -634,8 +634,11 @@ class ConditionalSkip(Transform):
         return tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the transform decides which env steps run."""
+        raise NotImplementedError(
+            "ConditionalSkip cannot be called outside an env: it marks the elements whose env "
+            "step is skipped (use it in a TransformedEnv)"
+        )
 
     def __repr__(self) -> str:
         return f"ConditionalSkip(cond={self.cond!r})"

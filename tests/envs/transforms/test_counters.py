@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -11,6 +13,7 @@ from tdrl.envs import (
     Compose,
     GymEnv,
     InitTracker,
+    ParallelEnv,
     StepCounter,
     TrajCounter,
     TransformedEnv,
@@ -202,6 +205,30 @@ def test_traj_counter_nested_key_follows_its_done_level():
     assert first[1] == first[0] + 1
     td = env.reset(td.set(("agents", "_reset"), torch.tensor([[False], [True]])))
     assert td["agents", "traj_count"].reshape(-1).tolist() == [first[0], first[0] + 2]
+
+
+def _traj_env(counter, max_steps):
+    return TransformedEnv(CountingEnv(max_steps=max_steps), counter.clone())
+
+
+def test_traj_counter_ids_are_distinct_across_spawned_workers():
+    counter = TrajCounter()
+    env = ParallelEnv(
+        2,
+        [partial(_traj_env, counter, 3), partial(_traj_env, counter, 4)],
+        mp_start_method="spawn",
+    )
+    try:
+        rollout = env.rollout(20, break_when_any_done=False)
+    finally:
+        env.close()
+    first = set(rollout[0]["traj_count"].reshape(-1).tolist())
+    second = set(rollout[1]["traj_count"].reshape(-1).tolist())
+    assert len(first) > 3 and len(second) > 3
+    assert not first & second
+    # the parent's copy draws after the workers' ids
+    local = TransformedEnv(CountingEnv(), counter.clone()).reset()["traj_count"].item()
+    assert local > max(first | second)
 
 
 def test_traj_counter_pickles():

@@ -284,3 +284,8 @@ def test_conditional_skip_validation():
     env = TransformedEnv(CountingEnv(), ConditionalSkip(lambda td: torch.ones(1)))
     with pytest.raises(TypeError, match="boolean"):
         env.rand_step(env.reset())
+    skip = ConditionalSkip(lambda td: torch.zeros(td.shape, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="outside an env"):
+        skip(TensorDict())
+    # the inverse path alone writes the step mask (the complement of the condition)
+    assert skip._inv_call(TensorDict(batch_size=(2, 3)))["_step"].all()
