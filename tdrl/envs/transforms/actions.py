@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from tensordict import TensorDictBase
 
 from tdrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
@@ -85,8 +88,36 @@ class ActionMask(Transform):
             )
         if mask.device != spec.device:
             mask = mask.to(spec.device)
+        joint = self.__dict__.get("_joint_nvec")
+        if joint is not None:
+            mask = mask.reshape(*mask.shape[: mask.ndim - len(joint)], -1)
         spec.update_mask(mask)
         return next_tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        joint = self.__dict__.get("_joint_nvec")
+        if joint is None:
+            return tensordict
+        action = tensordict.get(self.action_key, None)
+        if action is None:
+            return tensordict
+        one_hot = self.__dict__["_joint_one_hot"]
+        index = action.long().argmax(-1) if one_hot else action.long()
+        parts = []
+        for size in reversed(joint):
+            parts.append(index % size)
+            index = index // size
+        parts.reverse()
+        if one_hot:
+            inner = torch.cat([F.one_hot(part, size) for part, size in zip(parts, joint)], -1).to(
+                action.dtype
+            )
+        else:
+            inner = torch.stack(parts, -1).to(action.dtype)
+        return tensordict.set(self.action_key, inner)
+
+    def _needs_inverse(self) -> bool:
+        return self.__dict__.get("_joint_nvec") is not None
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
@@ -97,14 +128,46 @@ class ActionMask(Transform):
         """Not available outside an env: the transform updates an env's spec."""
         raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
 
+    def transform_output_spec(self, output_spec: Any) -> Any:
+        """Record the shape of the mask entry (the specs are unchanged)."""
+        output_spec = super().transform_output_spec(output_spec)
+        mask = output_spec["full_observation_spec"].get(self.mask_key, None)
+        batch_dims = len(output_spec.shape)
+        self.__dict__["_mask_shape"] = None if mask is None else tuple(mask.shape[batch_dims:])
+        return output_spec
+
     def transform_input_spec(self, input_spec: Any) -> Any:
-        """Check that the action entry exists (its kind is checked when a mask arrives)."""
+        """Check the action entry; give a multi-discrete action a joint spec when masks are joint.
+
+        A MultiCategorical / MultiOneHot action whose mask has one dim per sub-action
+        (e.g. a ``(5, 5)`` mask for ``nvec=[5, 5]``) masks combinations, not sub-actions:
+        the action becomes a single Categorical / OneHot over every combination, mapped
+        back to the sub-actions on the way to the env.
+        """
         input_spec = super().transform_input_spec(input_spec)
-        if input_spec["full_action_spec"].get(self.action_key, None) is None:
+        action_spec = input_spec["full_action_spec"]
+        spec = action_spec.get(self.action_key, None)
+        if spec is None:
             raise KeyError(
                 f"ActionMask: action key {self.action_key!r} is not in the action spec; available "
-                f"keys: {list(input_spec['full_action_spec'].keys(True, True))}"
+                f"keys: {list(action_spec.keys(True, True))}"
             )
+        self.__dict__["_joint_nvec"] = None
+        if isinstance(spec, (MultiCategorical, MultiOneHot)):
+            nvec = [int(n) for n in torch.as_tensor(spec.nvec).reshape(-1).tolist()]
+            if len(nvec) > 1 and self.__dict__.get("_mask_shape") == tuple(nvec):
+                total = math.prod(nvec)
+                lead = spec.shape[:-1]
+                one_hot = isinstance(spec, MultiOneHot)
+                if one_hot:
+                    joint = OneHot(
+                        total, shape=(*lead, total), device=spec.device, dtype=spec.dtype
+                    )
+                else:
+                    joint = Categorical(total, shape=lead, device=spec.device, dtype=spec.dtype)
+                action_spec[self.action_key] = joint
+                self.__dict__["_joint_nvec"] = nvec
+                self.__dict__["_joint_one_hot"] = one_hot
         return input_spec
 
     def __repr__(self) -> str:
