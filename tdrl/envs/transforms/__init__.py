@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tdrl.envs.transforms.action_chunks import ActionChunkTransform
 from tdrl.envs.transforms.action_maps import ActionScaling, FlattenAction
 from tdrl.envs.transforms.actions import ActionMask
 from tdrl.envs.transforms.auto_reset_env import AutoResetEnv
@@ -81,6 +82,7 @@ __all__ = [
     "TimeMaxPool",
     "ToTensorImage",
     "gSDENoise",
+    "ActionChunkTransform",
     "ActionMask",
     "ActionScaling",
     "AutoResetEnv",
