@@ -28,6 +28,12 @@ from tdrl.envs.transforms.keys import (
     UnaryTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
+from tdrl.envs.transforms.macro_actions import (
+    HumanoidMacroAction,
+    MacroPrimitive,
+    MacroPrimitiveTransform,
+    TargetMacroAction,
+)
 from tdrl.envs.transforms.multi_action import MultiAction
 from tdrl.envs.transforms.normalization import ObservationNorm, VecNorm
 from tdrl.envs.transforms.policy_switch import ConditionalPolicySwitch
@@ -102,7 +108,10 @@ __all__ = [
     "FlattenObservation",
     "FrameSkipTransform",
     "Hash",
+    "HumanoidMacroAction",
     "InitTracker",
+    "MacroPrimitive",
+    "MacroPrimitiveTransform",
     "MultiAction",
     "MultiStepTransform",
     "NoopResetEnv",
@@ -134,6 +143,7 @@ __all__ = [
     "RewardSum",
     "SignTransform",
     "SuccessReward",
+    "TargetMacroAction",
     "TargetReturn",
     "VecNorm",
 ]

@@ -85,6 +85,8 @@ class MultiAction(Transform):
                 f"MultiAction: the action {self.action_key!r} of shape {tuple(chunk.shape)} has "
                 f"no chunk dim after the batch dims {tuple(tensordict.batch_size)}"
             )
+        # transforms after this one may have built the chunk on the way in: keep what we saw
+        self.__dict__["_chunk"] = chunk
         return tensordict.set(self.action_key, chunk.select(dim, 0))
 
     # ------------------------------------------------------------ step path
@@ -92,7 +94,9 @@ class MultiAction(Transform):
         parent = self.parent
         if parent is None:
             raise RuntimeError(PARENT_ERROR)
-        chunk = tensordict.get(self.action_key)
+        chunk = self.__dict__.pop("_chunk", None)
+        if chunk is None:
+            chunk = tensordict.get(self.action_key)
         dim = tensordict.batch_dims
         steps = chunk.shape[dim]
         reward_keys = list(self._reward_dims) or list(parent.reward_keys)
