@@ -109,8 +109,8 @@ class ActionChunkTransform(Transform):
             return torch.full(lead, length - 1, dtype=torch.long, device=action.device)
         if tuple(done.shape[: dim + 1]) != tuple(lead):
             raise ValueError(
-                f"ActionChunkTransform: the done flags {self.done_key!r} of shape "
-                f"{tuple(done.shape)} do not line up with the action of shape "
+                f"ActionChunkTransform: the shape {tuple(done.shape)} of the done flags "
+                f"{self.done_key!r} does not line up with the action of shape "
                 f"{tuple(action.shape)} (expected leading dims {tuple(lead)})"
             )
         done = done.reshape(*lead, -1).any(-1).to(action.device)

@@ -87,5 +87,5 @@ def test_chunk_errors():
         {"action": torch.randn(2, 4, 3), ("next", "done"): torch.zeros(2, 5, 1, dtype=torch.bool)},
         [2],
     )
-    with pytest.raises(ValueError, match="do not line up"):
+    with pytest.raises(ValueError, match="does not line up"):
         ActionChunkTransform(2)(mismatched)
