@@ -159,9 +159,11 @@ class StepCounter(Transform):
         self._truncated_keys: list = [self.truncated_key]
         self._reset_keys: list = ["_reset"]
         self._shapes: list = [None]
-        # (done key, truncated key, index of the counted level above) of the other levels
+        # (done key, truncated key, truncated key of the counted level above) of the other levels
         self._nested_levels: list = []
         self._state_entries: dict = {}
+        # the per-level keys of _step as tuples, built from the lists above on first use
+        self._plan: list | None = None
 
     # ------------------------------------------------------------ keys
     @property
@@ -234,11 +236,10 @@ class StepCounter(Transform):
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         max_steps = self.max_steps
-        truncations = []
-        levels = zip(
-            self._step_count_keys, self._done_keys, self._terminated_keys, self._truncated_keys
-        )
-        for count_key, done_key, terminated_key, truncated_key in levels:
+        plan = self._plan
+        if plan is None:
+            plan = self._build_plan()
+        for count_key, done_key, terminated_key, truncated_key in plan:
             count = fast_get(tensordict, count_key)
             if count is None:
                 found = _template(next_tensordict, None, (done_key, terminated_key), None)
@@ -254,21 +255,29 @@ class StepCounter(Transform):
             if previous is not None:
                 truncated = truncated | previous
             fast_set(next_tensordict, truncated_key, truncated)
-            truncations.append(truncated)
             if self.update_done:
                 done = fast_get(next_tensordict, done_key)
                 fast_set(next_tensordict, done_key, truncated if done is None else done | truncated)
-        if self._nested_levels and truncations:
-            self._propagate(next_tensordict, truncations)
+        if max_steps is not None and self._nested_levels:
+            self._propagate(next_tensordict)
         return next_tensordict
 
-    def _propagate(self, next_tensordict: TensorDictBase, truncations: list) -> None:
+    def _build_plan(self) -> list:
+        """The per-level keys of ``_step``, as one list of tuples (rebuilt when the keys change)."""
+        plan = list(
+            zip(self._step_count_keys, self._done_keys, self._terminated_keys, self._truncated_keys)
+        )
+        self._plan = plan
+        return plan
+
+    def _propagate(self, next_tensordict: TensorDictBase) -> None:
         """Carry the truncation of each counted level to the done levels nested in it."""
-        for done_key, truncated_key, index in self._nested_levels:
+        for done_key, truncated_key, top_truncated_key in self._nested_levels:
             done = next_tensordict.get(done_key, None)
-            if done is None or index >= len(truncations):
+            top = next_tensordict.get(top_truncated_key, None)
+            if done is None or top is None:
                 continue
-            truncated = align_mask(truncations[index], done.shape, "truncated", "", done_key)
+            truncated = align_mask(top, done.shape, "truncated", top_truncated_key, done_key)
             previous = next_tensordict.get(truncated_key, None)
             next_tensordict.set(
                 truncated_key, truncated if previous is None else previous | truncated
@@ -311,7 +320,11 @@ class StepCounter(Transform):
                 i for i, top in enumerate(counted) if level.prefix[: len(top.prefix)] == top.prefix
             )
             nested.append(
-                (_join(level.prefix, "done"), _join(level.prefix, self.truncated_key), index)
+                (
+                    _join(level.prefix, "done"),
+                    _join(level.prefix, self.truncated_key),
+                    keys["truncated"][index],
+                )
             )
         if self.max_steps is not None:
             for level in levels:
@@ -329,6 +342,7 @@ class StepCounter(Transform):
         self._shapes = [level.shape for level in counted]
         self._nested_levels = nested
         self._state_entries = state_entries
+        self._build_plan()
         return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
