@@ -13,7 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.data import Composite, Unbounded
 from tdrl.envs._partial import align_mask
 from tdrl.envs.auto_reset import AutoResetHandler
-from tdrl.envs.transforms.transform import NestedKey, Transform
+from tdrl.envs.transforms.transform import FORWARD_NOT_IMPLEMENTED, NestedKey, Transform
 
 __all__ = [
     "AutoResetTransform",
@@ -463,8 +463,16 @@ class EndOfLifeTransform(Transform):
         self.eol_attribute = eol_attribute
         self._getter = operator.attrgetter(eol_attribute)
 
+    #: the message of the error raised without a parent env (formatted with the type)
+    NO_PARENT_ERR = (
+        "parent not found for {}: the lives are read from the simulator of the env, add "
+        "the transform to a TransformedEnv"
+    )
+
     def _lives(self, device: Any) -> torch.Tensor:
-        parent = _require_parent(self)
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError(self.NO_PARENT_ERR.format(type(self)))
         lives = self._getter(_simulator(parent))
         if callable(lives):
             lives = lives()
@@ -495,8 +503,8 @@ class EndOfLifeTransform(Transform):
         return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the flag is read from the env's simulator."""
+        raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
 
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Add the end-of-life flag (shaped like ``done``) and the lives counter."""

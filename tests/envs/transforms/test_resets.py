@@ -216,6 +216,11 @@ def test_end_of_life_flags_lost_lives():
     assert rollout["next", "end-of-life"].squeeze(-1).tolist() == [False, False, True, False, False]
     with pytest.raises(AttributeError, match="simulator"):
         TransformedEnv(CountingEnv(), EndOfLifeTransform()).reset()
+    alone = EndOfLifeTransform()
+    with pytest.raises(RuntimeError, match="parent not found for"):
+        Compose(alone)._step(TensorDict(), TensorDict({"done": torch.zeros(1, dtype=torch.bool)}))
+    with pytest.raises(RuntimeError, match="forward method of .*EndOfLifeTransform"):
+        alone(TensorDict())
 
 
 # --------------------------------------------------------------- auto reset
