@@ -25,7 +25,11 @@ class Compose(Transform):
     indexing with a slice returns a new, parentless Compose of clones.
 
     Args:
-        *transforms: the transforms, or plain callables mapping a TensorDict to a TensorDict.
+        *transforms: the transforms, or plain callables mapping a TensorDict to a TensorDict
+            (a single list of them works too).
+
+    Keyword Args:
+        transforms: the list of transforms, instead of positional arguments.
 
     Examples:
         >>> import torch
@@ -40,8 +44,21 @@ class Compose(Transform):
         (2, 'RenameTransform', True)
     """
 
-    def __init__(self, *transforms: Transform | Callable[[TensorDictBase], TensorDictBase]) -> None:
+    def __init__(
+        self,
+        *transforms: Transform | Callable[[TensorDictBase], TensorDictBase],
+        **kwargs: Any,
+    ) -> None:
         super().__init__()
+        if "transforms" in kwargs:
+            if transforms:
+                raise TypeError(
+                    "Compose: give the transforms either as positional arguments or as the "
+                    "transforms keyword, got both"
+                )
+            transforms = (kwargs.pop("transforms"),)
+        if kwargs:
+            raise TypeError(f"Compose: unexpected keyword arguments {sorted(kwargs)}")
         if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
             transforms = tuple(transforms[0])
         transforms = [_as_transform(t) for t in transforms]

@@ -226,9 +226,11 @@ class TransformedEnv(EnvBase):
             for key in keys
         ]
         ndim = len(self.batch_size)
-        if tensordict.batch_dims != ndim:
-            return _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, 0)
-        return _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, ndim)
+        spec_ndim = 0 if tensordict.batch_dims != ndim else ndim
+        out = _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, spec_ndim)
+        device = self.device
+        # the output of a skipped step lives on the env's device, as a stepped one does
+        return out if device is None or out.device == device else out.to(device)
 
     def _partial_step_through(
         self, tensordict: TensorDictBase, tensordict_in: TensorDictBase, partial: torch.Tensor

@@ -107,3 +107,27 @@ def test_transforms_module_gathers_every_transform():
     assert isinstance(transforms_module._has_tv, bool)
     with pytest.raises(RuntimeError, match="forward method of .*ActionMask"):
         transforms_module.ActionMask()(TensorDict())
+
+
+def test_compose_takes_a_transforms_keyword():
+    chain = Compose(transforms=[StepCounter(), RenameTransform(["step_count"], ["t"])])
+    assert len(chain) == 2
+    assert "t" in TransformedEnv(CountingEnv(), chain).reset().keys()
+    with pytest.raises(TypeError, match="either as positional arguments"):
+        Compose(StepCounter(), transforms=[StepCounter()])
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        Compose(other=StepCounter())
+
+
+def test_skipped_steps_live_on_the_env_device():
+    from tdrl.envs import ConditionalSkip
+
+    env = TransformedEnv(
+        CountingEnv(device="cpu"), ConditionalSkip(lambda td: torch.ones((), dtype=torch.bool))
+    )
+    # an input without device (as data assembled by hand often is)
+    td = env.reset().clear_device_()
+    td["action"] = torch.ones(1)
+    out = env._step(td)
+    assert out.device == env.device == torch.device("cpu")
+    assert out["observation"].tolist() == td["observation"].tolist()
