@@ -164,7 +164,9 @@ class EnvSpecs:
         cache.reset_keys = [reset_key_for(prefix) for prefix, _ in groups]
         cache.done_flag_keys = [done_flag_key(prefix, keys) for prefix, keys in groups]
         cache.done_completions = completions
-        cache.mdp_excluded = excluded_set(cache.reward_keys)
+        # reward entries that are also state (e.g. running sums) travel to the next step
+        state_keys = set(cache.state_keys)
+        cache.mdp_excluded = excluded_set([k for k in cache.reward_keys if k not in state_keys])
         cache.action_leaf = _leaf_or_composite(inp["full_action_spec"], cache.action_keys)
         cache.reward_leaf = _leaf_or_composite(out["full_reward_spec"], cache.reward_keys)
         cache.done_leaf = _leaf_or_composite(out["full_done_spec"], cache.done_keys)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tdrl.envs.transforms.action_chunks import ActionChunkTransform
+from tdrl.envs.transforms.action_maps import ActionScaling, FlattenAction
 from tdrl.envs.transforms.actions import ActionMask
 from tdrl.envs.transforms.auto_reset_env import AutoResetEnv
 from tdrl.envs.transforms.checks import FiniteTensorDictCheck
@@ -13,6 +15,7 @@ from tdrl.envs.transforms.dtypes import (
     DTypeCastTransform,
     PinMemoryTransform,
 )
+from tdrl.envs.transforms.expand_as import ExpandAs
 from tdrl.envs.transforms.frames import CatFrames, TimeMaxPool
 from tdrl.envs.transforms.images import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from tdrl.envs.transforms.keys import (
@@ -23,7 +26,15 @@ from tdrl.envs.transforms.keys import (
     SelectTransform,
 )
 from tdrl.envs.transforms.kl import KLRewardTransform
+from tdrl.envs.transforms.macro_actions import (
+    HumanoidMacroAction,
+    MacroPrimitive,
+    MacroPrimitiveTransform,
+    TargetMacroAction,
+)
+from tdrl.envs.transforms.multi_action import MultiAction
 from tdrl.envs.transforms.normalization import ObservationNorm
+from tdrl.envs.transforms.policy_switch import ConditionalPolicySwitch
 from tdrl.envs.transforms.projections import (
     ActionDiscretizer,
     DiscreteActionProjection,
@@ -51,6 +62,7 @@ from tdrl.envs.transforms.rewards import (
     RewardClipping,
     RewardScaling,
     SignTransform,
+    SuccessReward,
 )
 from tdrl.envs.transforms.sequences import BurnInTransform, RandomCropTensorDict
 from tdrl.envs.transforms.shapes import (
@@ -61,6 +73,7 @@ from tdrl.envs.transforms.shapes import (
     UnsqueezeTransform,
 )
 from tdrl.envs.transforms.stack import Stack
+from tdrl.envs.transforms.terminations import RandomTruncationTransform, TerminateTransform
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
 from tdrl.envs.transforms.unary import Hash, UnaryTransform
@@ -81,22 +94,31 @@ __all__ = [
     "TimeMaxPool",
     "ToTensorImage",
     "gSDENoise",
+    "ActionChunkTransform",
     "ActionMask",
+    "ActionScaling",
     "AutoResetEnv",
     "AutoResetTransform",
     "BatchSizeTransform",
     "CatTensors",
     "Compose",
+    "ConditionalPolicySwitch",
     "ConditionalSkip",
     "DTypeCastTransform",
     "DeviceCastTransform",
     "DoubleToFloat",
     "EndOfLifeTransform",
+    "ExpandAs",
     "ExcludeTransform",
+    "FlattenAction",
     "FlattenObservation",
     "FrameSkipTransform",
     "Hash",
+    "HumanoidMacroAction",
     "InitTracker",
+    "MacroPrimitive",
+    "MacroPrimitiveTransform",
+    "MultiAction",
     "MultiStepTransform",
     "NextStateReconstructor",
     "NoopResetEnv",
@@ -104,6 +126,7 @@ __all__ = [
     "PermuteTransform",
     "PinMemoryTransform",
     "PolicyAgeFilter",
+    "RandomTruncationTransform",
     "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
@@ -111,6 +134,7 @@ __all__ = [
     "Stack",
     "StepCounter",
     "TensorDictPrimer",
+    "TerminateTransform",
     "TrajCounter",
     "Transform",
     "TransformedEnv",
@@ -127,6 +151,8 @@ __all__ = [
     "RewardScaling",
     "RewardSum",
     "SignTransform",
+    "SuccessReward",
+    "TargetMacroAction",
     "TargetReturn",
     "VecNorm",
     "VecNormV2",

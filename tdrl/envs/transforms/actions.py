@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from tensordict import TensorDictBase
 
 from tdrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
-from tdrl.envs.transforms.transform import NestedKey, Transform
+from tdrl.envs.transforms.transform import FORWARD_NOT_IMPLEMENTED, NestedKey, Transform
 
 __all__ = ["ActionMask"]
 
@@ -20,7 +23,9 @@ class ActionMask(Transform):
     After every reset and step, the mask read from the data is written into the
     transformed env's action spec, so ``env.action_spec.rand()``, ``rand_action`` and
     random policies built on the spec only pick allowed actions. In a batched env,
-    add it to the batched env, not to its sub-envs.
+    add it to the batched env, not to its sub-envs. The action spec must be a
+    OneHot, Categorical, MultiOneHot or MultiCategorical one; another kind raises a
+    ``ValueError`` when the first mask arrives.
 
     Args:
         action_key: the action entry (a OneHot, Categorical, MultiOneHot or
@@ -52,32 +57,67 @@ class ActionMask(Transform):
 
     @property
     def action_spec(self) -> Any:
-        """The action spec of the env holding this transform (the one whose mask is updated)."""
+        """The action spec of the env holding this transform (the one whose mask is updated).
+
+        Raises:
+            RuntimeError: without an env.
+            ValueError: when the spec is not of a maskable kind.
+        """
         container = self.container
         if container is None:
             raise RuntimeError(
-                "ActionMask must be part of a TransformedEnv to update its action spec"
+                "ActionMask: parent cannot be None: the transform updates the action spec of "
+                "its env, add it to a TransformedEnv"
             )
         spec = container.full_action_spec[self.action_key]
         if not isinstance(spec, ACCEPTED_SPECS):
-            raise TypeError(
-                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
-                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
+            raise ValueError(
+                f"ActionMask: The action spec must be one of "
+                f"{[cls.__name__ for cls in ACCEPTED_SPECS]} to be masked; got "
+                f"{type(spec).__name__} at {self.action_key!r}"
             )
         return spec
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        spec = self.action_spec
         mask = next_tensordict.get(self.mask_key, None)
         if mask is None:
             raise KeyError(
                 f"ActionMask: expected the mask entry {self.mask_key!r} in the env output, got keys "
                 f"{list(next_tensordict.keys(True, True))}"
             )
-        spec = self.action_spec
         if mask.device != spec.device:
             mask = mask.to(spec.device)
+        joint = self.__dict__.get("_joint_nvec")
+        if joint is not None:
+            mask = mask.reshape(*mask.shape[: mask.ndim - len(joint)], -1)
         spec.update_mask(mask)
         return next_tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        joint = self.__dict__.get("_joint_nvec")
+        if joint is None:
+            return tensordict
+        action = tensordict.get(self.action_key, None)
+        if action is None:
+            return tensordict
+        one_hot = self.__dict__["_joint_one_hot"]
+        index = action.long().argmax(-1) if one_hot else action.long()
+        parts = []
+        for size in reversed(joint):
+            parts.append(index % size)
+            index = index // size
+        parts.reverse()
+        if one_hot:
+            inner = torch.cat([F.one_hot(part, size) for part, size in zip(parts, joint)], -1).to(
+                action.dtype
+            )
+        else:
+            inner = torch.stack(parts, -1).to(action.dtype)
+        return tensordict.set(self.action_key, inner)
+
+    def _needs_inverse(self) -> bool:
+        return self.__dict__.get("_joint_nvec") is not None
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
@@ -86,25 +126,48 @@ class ActionMask(Transform):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Not available outside an env: the transform updates an env's spec."""
-        raise RuntimeError(
-            "ActionMask only works inside a TransformedEnv (it updates the env's action spec); "
-            "it has no meaning on data from a buffer"
-        )
+        raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
+
+    def transform_output_spec(self, output_spec: Any) -> Any:
+        """Record the shape of the mask entry (the specs are unchanged)."""
+        output_spec = super().transform_output_spec(output_spec)
+        mask = output_spec["full_observation_spec"].get(self.mask_key, None)
+        batch_dims = len(output_spec.shape)
+        self.__dict__["_mask_shape"] = None if mask is None else tuple(mask.shape[batch_dims:])
+        return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
-        """Check that the action spec is of a maskable kind."""
+        """Check the action entry; give a multi-discrete action a joint spec when masks are joint.
+
+        A MultiCategorical / MultiOneHot action whose mask has one dim per sub-action
+        (e.g. a ``(5, 5)`` mask for ``nvec=[5, 5]``) masks combinations, not sub-actions:
+        the action becomes a single Categorical / OneHot over every combination, mapped
+        back to the sub-actions on the way to the env.
+        """
         input_spec = super().transform_input_spec(input_spec)
-        spec = input_spec["full_action_spec"].get(self.action_key, None)
+        action_spec = input_spec["full_action_spec"]
+        spec = action_spec.get(self.action_key, None)
         if spec is None:
             raise KeyError(
                 f"ActionMask: action key {self.action_key!r} is not in the action spec; available "
-                f"keys: {list(input_spec['full_action_spec'].keys(True, True))}"
+                f"keys: {list(action_spec.keys(True, True))}"
             )
-        if not isinstance(spec, ACCEPTED_SPECS):
-            raise TypeError(
-                f"ActionMask: expected the action spec at {self.action_key!r} to be one of "
-                f"{[cls.__name__ for cls in ACCEPTED_SPECS]}, got {type(spec).__name__}"
-            )
+        self.__dict__["_joint_nvec"] = None
+        if isinstance(spec, (MultiCategorical, MultiOneHot)):
+            nvec = [int(n) for n in torch.as_tensor(spec.nvec).reshape(-1).tolist()]
+            if len(nvec) > 1 and self.__dict__.get("_mask_shape") == tuple(nvec):
+                total = math.prod(nvec)
+                lead = spec.shape[:-1]
+                one_hot = isinstance(spec, MultiOneHot)
+                if one_hot:
+                    joint = OneHot(
+                        total, shape=(*lead, total), device=spec.device, dtype=spec.dtype
+                    )
+                else:
+                    joint = Categorical(total, shape=lead, device=spec.device, dtype=spec.dtype)
+                action_spec[self.action_key] = joint
+                self.__dict__["_joint_nvec"] = nvec
+                self.__dict__["_joint_one_hot"] = one_hot
         return input_spec
 
     def __repr__(self) -> str:

@@ -10,8 +10,8 @@ from tdrl.envs.transforms.transform import Transform
 __all__ = ["FiniteTensorDictCheck"]
 
 NON_FINITE_ERROR = (
-    "FiniteTensorDictCheck: expected finite values at key {key!r}, got {count} non-finite "
-    "value(s) (nan or inf) out of {numel}"
+    "FiniteTensorDictCheck: Encountered a non-finite tensor at key {key!r}: expected finite "
+    "values, got {count} non-finite value(s) (nan or inf) out of {numel}"
 )
 
 
@@ -48,7 +48,7 @@ class FiniteTensorDictCheck(Transform):
         >>> FiniteTensorDictCheck()(TensorDict({"x": torch.tensor([1.0, float("nan")])}))
         Traceback (most recent call last):
         ...
-        ValueError: FiniteTensorDictCheck: expected finite values at key 'x', got 1 non-finite value(s) (nan or inf) out of 2
+        ValueError: FiniteTensorDictCheck: Encountered a non-finite tensor at key 'x': expected finite values, got 1 non-finite value(s) (nan or inf) out of 2
     """  # noqa: E501
 
     def __init__(self) -> None:

@@ -25,7 +25,11 @@ class Compose(Transform):
     indexing with a slice returns a new, parentless Compose of clones.
 
     Args:
-        *transforms: the transforms, or plain callables mapping a TensorDict to a TensorDict.
+        *transforms: the transforms, or plain callables mapping a TensorDict to a TensorDict
+            (a single list of them works too).
+
+    Keyword Args:
+        transforms: the list of transforms, instead of positional arguments.
 
     Examples:
         >>> import torch
@@ -40,8 +44,21 @@ class Compose(Transform):
         (2, 'RenameTransform', True)
     """
 
-    def __init__(self, *transforms: Transform | Callable[[TensorDictBase], TensorDictBase]) -> None:
+    def __init__(
+        self,
+        *transforms: Transform | Callable[[TensorDictBase], TensorDictBase],
+        **kwargs: Any,
+    ) -> None:
         super().__init__()
+        if "transforms" in kwargs:
+            if transforms:
+                raise TypeError(
+                    "Compose: give the transforms either as positional arguments or as the "
+                    "transforms keyword, got both"
+                )
+            transforms = (kwargs.pop("transforms"),)
+        if kwargs:
+            raise TypeError(f"Compose: unexpected keyword arguments {sorted(kwargs)}")
         if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
             transforms = tuple(transforms[0])
         transforms = [_as_transform(t) for t in transforms]
@@ -128,8 +145,12 @@ class Compose(Transform):
         return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
-        """Chain the input spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the input spec through every transform, from the env outwards.
+
+        The first transform maps the base env's input spec to what it accepts from the
+        next one, and so on: the last transform gives the spec the outside world sees.
+        """
+        for transform in self.transforms:
             input_spec = transform.transform_input_spec(input_spec)
         self._refresh_plan()
         return input_spec
@@ -153,14 +174,14 @@ class Compose(Transform):
         return done_spec
 
     def transform_action_spec(self, action_spec: Any) -> Any:
-        """Chain the action spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the action spec through every transform, from the env outwards."""
+        for transform in self.transforms:
             action_spec = transform.transform_action_spec(action_spec)
         return action_spec
 
     def transform_state_spec(self, state_spec: Any) -> Any:
-        """Chain the state spec through every transform, last transform first."""
-        for transform in reversed(self.transforms):
+        """Chain the state spec through every transform, from the env outwards."""
+        for transform in self.transforms:
             state_spec = transform.transform_state_spec(state_spec)
         return state_spec
 
@@ -198,7 +219,7 @@ class Compose(Transform):
         transform.set_container(self)
         self.transforms.append(transform)
         self._refresh_plan()
-        self._chain_changed()
+        self._chain_changed_or_undo(len(self.transforms) - 1)
 
     def insert(
         self, index: int, transform: Transform | Callable[[TensorDictBase], TensorDictBase]
@@ -217,7 +238,7 @@ class Compose(Transform):
         transform.set_container(self)
         self.transforms.insert(index, transform)
         self._refresh_plan()
-        self._chain_changed()
+        self._chain_changed_or_undo(index)
 
     def pop(self, index: int = -1) -> Transform:
         """Remove and return the transform at ``index``, without parent."""
@@ -227,6 +248,18 @@ class Compose(Transform):
         self._refresh_plan()
         self._chain_changed()
         return transform
+
+    def _chain_changed_or_undo(self, index: int) -> None:
+        """Tell the env about a new transform at ``index``; take it out again if the env refuses it."""
+        try:
+            self._chain_changed()
+        except Exception:
+            transform = self.transforms[index]
+            del self.transforms[index]
+            transform.reset_parent()
+            self._refresh_plan()
+            self._chain_changed()
+            raise
 
     def _chain_changed(self) -> None:
         self.empty_cache()

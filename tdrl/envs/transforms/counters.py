@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
 import threading
+import weakref
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl.data import Bounded, Categorical, Unbounded
-from tdrl.envs._partial import all_true
+from tdrl.envs._keys import as_tuple, from_tuple
+from tdrl.envs._partial import align_mask, all_true
 from tdrl.envs._step_mdp import fast_get, fast_set
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
@@ -18,40 +24,97 @@ __all__ = ["InitTracker", "StepCounter", "TrajCounter"]
 # a 0-dim CPU tensor adds to tensors on any device, without wrapping a python int per step
 _ONE = torch.ones((), dtype=torch.int64)
 
-
-def _as_tuple(key: NestedKey) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
+#: the message of the transforms of this module that only work inside an env
+NOT_STANDALONE_ERROR = (
+    "{owner} cannot be called independently: only its step and reset methods are functional, "
+    "inside a TransformedEnv (it has no meaning on data from a buffer or a module)"
+)
 
 
 def _join(prefix: tuple, name: NestedKey) -> NestedKey:
-    full = (*prefix, *_as_tuple(name))
-    return full[0] if len(full) == 1 else full
+    return from_tuple((*prefix, *as_tuple(name)))
 
 
-def _done_levels(done_spec: Any) -> list[tuple[tuple, NestedKey, Any]]:
-    """``(prefix, done_key, done_leaf_spec)`` for each nesting level holding done entries."""
+class _DoneLevel:
+    """The done entries of one nesting level of an env, as a transform sees them."""
+
+    __slots__ = ("done_key", "prefix", "shape")
+
+    def __init__(self, prefix: tuple, done_key: NestedKey, shape: torch.Size) -> None:
+        self.prefix = prefix
+        self.done_key = done_key
+        self.shape = shape
+
+
+def _done_levels(done_spec: Any, batch_dims: int) -> list[_DoneLevel]:
+    """One :class:`_DoneLevel` per nesting level holding done entries, shallowest first.
+
+    The flag of a level is its ``done`` entry, else ``terminated``, else ``truncated``;
+    ``shape`` is the flag's shape after the env batch dims.
+    """
     levels: dict = {}
+    rank = {"done": 0, "terminated": 1, "truncated": 2}
     for key in done_spec.keys(True, True):
-        key_t = _as_tuple(key)
+        key_t = as_tuple(key)
         prefix, name = key_t[:-1], key_t[-1]
-        if name not in ("done", "terminated", "truncated"):
+        if name not in rank:
             continue
-        if prefix not in levels or name == "done":
-            levels[prefix] = (key, done_spec[key])
+        if prefix not in levels or rank[name] < rank[as_tuple(levels[prefix])[-1]]:
+            levels[prefix] = key
     return [
-        (prefix, key, spec)
-        for prefix, (key, spec) in sorted(levels.items(), key=lambda i: len(i[0]))
+        _DoneLevel(prefix, key, done_spec[key].shape[batch_dims:])
+        for prefix, key in sorted(levels.items(), key=lambda item: len(item[0]))
     ]
+
+
+def _top_levels(levels: list[_DoneLevel]) -> list[_DoneLevel]:
+    """The levels that no other level encloses (a root done hides the nested ones)."""
+    prefixes = [level.prefix for level in levels]
+    return [
+        level
+        for level in levels
+        if not any(len(p) < len(level.prefix) and level.prefix[: len(p)] == p for p in prefixes)
+    ]
+
+
+def _template(
+    tensordict_reset: TensorDictBase,
+    tensordict: TensorDictBase | None,
+    keys: tuple,
+    shape: torch.Size | None,
+) -> tuple[torch.Size, Any] | None:
+    """The shape and device of a per-level entry at reset.
+
+    Taken from the level's feature shape when the specs are known, else from the first of
+    ``keys`` found in the reset output or in the reset input.
+    """
+    if shape is not None:
+        return torch.Size((*tensordict_reset.batch_size, *shape)), tensordict_reset.device
+    for source in (tensordict_reset, tensordict):
+        if source is None:
+            continue
+        for key in keys:
+            value = source.get(key, None)
+            if isinstance(value, torch.Tensor):
+                return value.shape, value.device
+    return None
+
+
+def _reset_mask(tensordict: TensorDictBase | None, reset_key: NestedKey) -> torch.Tensor | None:
+    return None if tensordict is None else tensordict.get(reset_key, None)
 
 
 class StepCounter(Transform):
     """Counts the steps since the last reset; optionally truncates episodes.
 
-    Writes ``step_count`` (int64, shaped like the ``done`` entry) at each done
+    Writes ``step_count`` (int64, shaped like the ``done`` entry) at the top done
+    level: the root when the env has a root ``done``, else each outermost nested
     level. With ``max_steps``, the ``truncated`` entry (added to the done spec when
     the env has none) becomes True once ``step_count >= max_steps``, and so does
-    ``done`` when ``update_done`` is set. The count is part of the state spec too,
-    so batched envs ship it to their workers.
+    ``done`` when ``update_done`` is set; the truncation reaches the nested done
+    levels too (``all_truncated_keys`` / ``all_done_keys``). On a partial reset only
+    the elements whose ``"_reset"`` entry is True restart at zero. The count is part
+    of the state spec too, so batched envs ship it to their workers.
 
     Args:
         max_steps: the episode length limit (None: count only).
@@ -67,6 +130,8 @@ class StepCounter(Transform):
         tensor([1, 2, 3])
         >>> rollout["next", "truncated"].squeeze(-1)
         tensor([False, False,  True])
+        >>> env.transform.step_count_keys, env.transform.truncated_keys
+        (['step_count'], ['truncated'])
     """
 
     def __init__(
@@ -76,7 +141,9 @@ class StepCounter(Transform):
         step_count_key: NestedKey | None = "step_count",
         update_done: bool = True,
     ) -> None:
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        if max_steps is not None and (
+            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+        ):
             raise ValueError(
                 f"StepCounter max_steps: expected a positive int or None, got {max_steps!r}"
             )
@@ -85,45 +152,100 @@ class StepCounter(Transform):
         self.truncated_key = "truncated" if truncated_key is None else truncated_key
         self.step_count_key = "step_count" if step_count_key is None else step_count_key
         self.update_done = update_done
-        # (count_key, truncated_key, done_key, terminated_key) per done level, set with the specs
-        self._levels: list[tuple] = [
-            (self.step_count_key, self.truncated_key, "done", "terminated")
-        ]
+        # one entry per counted level, in the same order (root level until specs are known)
+        self._step_count_keys: list = [self.step_count_key]
+        self._done_keys: list = ["done"]
+        self._terminated_keys: list = ["terminated"]
+        self._truncated_keys: list = [self.truncated_key]
+        self._reset_keys: list = ["_reset"]
+        self._shapes: list = [None]
+        # (done key, truncated key, truncated key of the counted level above) of the other levels
+        self._nested_levels: list = []
         self._state_entries: dict = {}
+        # the per-level keys of _step as tuples, built from the lists above on first use
+        self._plan: list | None = None
 
-    def _zeros_like_done(self, data: TensorDictBase, level: tuple) -> torch.Tensor | None:
-        _, truncated_key, done_key, terminated_key = level
-        for key in (done_key, terminated_key, truncated_key):
-            value = data.get(key, None)
-            if value is not None:
-                return torch.zeros(value.shape, dtype=torch.int64, device=value.device)
-        return None
+    # ------------------------------------------------------------ keys
+    @property
+    def step_count_keys(self) -> list:
+        """The counter entries, one per counted done level."""
+        return list(self._step_count_keys)
 
+    @property
+    def done_keys(self) -> list:
+        """The done entries of the counted levels."""
+        return list(self._done_keys)
+
+    @property
+    def terminated_keys(self) -> list:
+        """The terminated entries of the counted levels."""
+        return list(self._terminated_keys)
+
+    @property
+    def truncated_keys(self) -> list:
+        """The truncation entries of the counted levels."""
+        return list(self._truncated_keys)
+
+    @property
+    def reset_keys(self) -> list:
+        """The ``"_reset"`` entries of the counted levels."""
+        return list(self._reset_keys)
+
+    @property
+    def all_done_keys(self) -> list:
+        """The done entries of every level (a truncation sets all of them)."""
+        return [*self._done_keys, *(level[0] for level in self._nested_levels)]
+
+    @property
+    def all_truncated_keys(self) -> list:
+        """The truncation entries of every level."""
+        return [*self._truncated_keys, *(level[1] for level in self._nested_levels)]
+
+    # ------------------------------------------------------------ env path
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        for level in self._levels:
-            count_key, truncated_key = level[0], level[1]
-            count = self._zeros_like_done(tensordict_reset, level)
-            if count is None:
+        levels = zip(
+            self._step_count_keys,
+            self._done_keys,
+            self._terminated_keys,
+            self._truncated_keys,
+            self._reset_keys,
+            self._shapes,
+        )
+        for count_key, done_key, terminated_key, truncated_key, reset_key, shape in levels:
+            reset = _reset_mask(tensordict, reset_key)
+            found = _template(
+                tensordict_reset,
+                tensordict,
+                (done_key, terminated_key, truncated_key, reset_key, count_key),
+                shape,
+            )
+            if found is None:
                 continue
+            count = torch.zeros(found[0], dtype=torch.int64, device=found[1])
+            previous = None if tensordict is None else tensordict.get(count_key, None)
+            if reset is not None and previous is not None and previous.shape == count.shape:
+                mask = align_mask(reset, count.shape, "_reset", reset_key, count_key)
+                if not all_true(mask):
+                    count = torch.where(mask, count.to(previous.dtype), previous)
             tensordict_reset.set(count_key, count)
             if self.max_steps is not None and tensordict_reset.get(truncated_key, None) is None:
-                tensordict_reset.set(
-                    truncated_key, torch.zeros(count.shape, dtype=torch.bool, device=count.device)
-                )
+                tensordict_reset.set(truncated_key, torch.zeros_like(count, dtype=torch.bool))
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         max_steps = self.max_steps
-        for count_key, truncated_key, done_key, terminated_key in self._levels:
+        plan = self._plan
+        if plan is None:
+            plan = self._build_plan()
+        for count_key, done_key, terminated_key, truncated_key in plan:
             count = fast_get(tensordict, count_key)
             if count is None:
-                count = self._zeros_like_done(
-                    next_tensordict, (count_key, truncated_key, done_key, terminated_key)
-                )
-                if count is None:
+                found = _template(next_tensordict, None, (done_key, terminated_key), None)
+                if found is None:
                     continue
+                count = torch.zeros(found[0], dtype=torch.int64, device=found[1])
             count = count + _ONE
             fast_set(next_tensordict, count_key, count)
             if max_steps is None:
@@ -136,12 +258,38 @@ class StepCounter(Transform):
             if self.update_done:
                 done = fast_get(next_tensordict, done_key)
                 fast_set(next_tensordict, done_key, truncated if done is None else done | truncated)
+        if max_steps is not None and self._nested_levels:
+            self._propagate(next_tensordict)
         return next_tensordict
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+    def _build_plan(self) -> list:
+        """The per-level keys of ``_step``, as one list of tuples (rebuilt when the keys change)."""
+        plan = list(
+            zip(self._step_count_keys, self._done_keys, self._terminated_keys, self._truncated_keys)
+        )
+        self._plan = plan
+        return plan
 
+    def _propagate(self, next_tensordict: TensorDictBase) -> None:
+        """Carry the truncation of each counted level to the done levels nested in it."""
+        for done_key, truncated_key, top_truncated_key in self._nested_levels:
+            done = next_tensordict.get(done_key, None)
+            top = next_tensordict.get(top_truncated_key, None)
+            if done is None or top is None:
+                continue
+            truncated = align_mask(top, done.shape, "truncated", top_truncated_key, done_key)
+            previous = next_tensordict.get(truncated_key, None)
+            next_tensordict.set(
+                truncated_key, truncated if previous is None else previous | truncated
+            )
+            if self.update_done:
+                next_tensordict.set(done_key, done | truncated)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Not available outside an env: the counter lives in env steps and resets."""
+        raise NotImplementedError(NOT_STANDALONE_ERROR.format(owner="StepCounter"))
+
+    # ------------------------------------------------------------ specs
     def _count_spec(self, done_spec: Any) -> Any:
         high = torch.iinfo(torch.int64).max if self.max_steps is None else self.max_steps
         return Bounded(0, high, shape=done_spec.shape, dtype=torch.int64, device=done_spec.device)
@@ -151,22 +299,50 @@ class StepCounter(Transform):
         output_spec = super().transform_output_spec(output_spec)
         done_spec = output_spec["full_done_spec"]
         observation_spec = output_spec["full_observation_spec"]
-        levels = []
+        levels = _done_levels(done_spec, len(output_spec.shape))
+        counted = _top_levels(levels)
+        keys: dict = {name: [] for name in ("count", "done", "terminated", "truncated", "reset")}
         state_entries = {}
-        for prefix, _, leaf in _done_levels(done_spec):
-            count_key = _join(prefix, self.step_count_key)
-            truncated_key = _join(prefix, self.truncated_key)
-            levels.append(
-                (count_key, truncated_key, _join(prefix, "done"), _join(prefix, "terminated"))
+        for level in counted:
+            count_key = _join(level.prefix, self.step_count_key)
+            keys["count"].append(count_key)
+            keys["done"].append(_join(level.prefix, "done"))
+            keys["terminated"].append(_join(level.prefix, "terminated"))
+            keys["truncated"].append(_join(level.prefix, self.truncated_key))
+            keys["reset"].append(_join(level.prefix, "_reset"))
+            observation_spec[count_key] = self._count_spec(done_spec[level.done_key])
+            state_entries[count_key] = self._count_spec(done_spec[level.done_key])
+        nested = []
+        for level in levels:
+            if level in counted:
+                continue
+            index = next(
+                i for i, top in enumerate(counted) if level.prefix[: len(top.prefix)] == top.prefix
             )
-            observation_spec[count_key] = self._count_spec(leaf)
-            state_entries[count_key] = self._count_spec(leaf)
-            if self.max_steps is not None and truncated_key not in done_spec.keys(True):
-                done_spec[truncated_key] = Categorical(
-                    2, shape=leaf.shape, dtype=torch.bool, device=leaf.device
+            nested.append(
+                (
+                    _join(level.prefix, "done"),
+                    _join(level.prefix, self.truncated_key),
+                    keys["truncated"][index],
                 )
-        self._levels = levels
+            )
+        if self.max_steps is not None:
+            for level in levels:
+                truncated_key = _join(level.prefix, self.truncated_key)
+                if truncated_key not in done_spec.keys(True):
+                    leaf = done_spec[level.done_key]
+                    done_spec[truncated_key] = Categorical(
+                        2, shape=leaf.shape, dtype=torch.bool, device=leaf.device
+                    )
+        self._step_count_keys = keys["count"]
+        self._done_keys = keys["done"]
+        self._terminated_keys = keys["terminated"]
+        self._truncated_keys = keys["truncated"]
+        self._reset_keys = keys["reset"]
+        self._shapes = [level.shape for level in counted]
+        self._nested_levels = nested
         self._state_entries = state_entries
+        self._build_plan()
         return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:
@@ -184,11 +360,60 @@ class StepCounter(Transform):
         )
 
 
+def _counter_dir() -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+class _SharedCounter:
+    """An int64 counter in a small file: every process holding a copy increments the same value.
+
+    Pickling carries the file's path; the process that created the counter removes the
+    file when the counter is garbage collected.
+    """
+
+    def __init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="tdrl-traj-count-", dir=_counter_dir())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((0).to_bytes(8, "little", signed=True))
+        self.path = path
+        self._lock = threading.Lock()
+        weakref.finalize(self, _remove, path)
+
+    def take(self, count: int) -> int:
+        """Add ``count`` and return the value before the addition (atomic across processes)."""
+        if not os.path.exists(self.path):
+            # the creating process is gone (a copy loaded later): start a counter of our own
+            self.__init__()
+        with self._lock, open(self.path, "r+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            start = int.from_bytes(handle.read(8), "little", signed=True)
+            handle.seek(0)
+            handle.write((start + count).to_bytes(8, "little", signed=True))
+        return start
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._lock = threading.Lock()
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 class TrajCounter(Transform):
     """Gives each trajectory a distinct id (``traj_count``), counted across resets.
 
-    The counter lives in shared memory and is shared by clones of the transform,
-    so copies in several envs of a batch draw distinct ids.
+    The counter is shared by clones and by pickled copies of the transform, in this
+    process and in others (it lives in a small file that copies map again), so the
+    copies in the sub-envs of a batched env, even in spawned workers, draw distinct
+    ids. The id is written next
+    to the done entries of its level: ``out_key=("agents", "traj_count")`` follows
+    ``("agents", "done")`` and ``("agents", "_reset")`` when the env has them.
 
     Args:
         out_key: the name of the id entry.
@@ -204,9 +429,11 @@ class TrajCounter(Transform):
 
     def __init__(self, out_key: NestedKey = "traj_count") -> None:
         super().__init__(out_keys=[out_key])
-        self.register_buffer("_traj_count", torch.zeros((), dtype=torch.int64).share_memory_())
-        self.__dict__["_lock"] = threading.Lock()
+        self.__dict__["_counter"] = _SharedCounter()
         self._spec: Any = None
+        prefix = as_tuple(self.out_keys[0])[:-1]
+        self._done_key = _join(prefix, "done")
+        self._reset_key = _join(prefix, "_reset")
 
     @property
     def out_key(self) -> NestedKey:
@@ -216,22 +443,25 @@ class TrajCounter(Transform):
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        done = tensordict_reset.get("done", None)
-        if done is None:
-            done = tensordict_reset.get("terminated")
-        shape = done.shape
-        reset = tensordict.get("_reset", None)
+        found = _template(
+            tensordict_reset, tensordict, (self._done_key, "done", "terminated"), None
+        )
+        if found is None:
+            raise KeyError(
+                f"TrajCounter: expected a done entry ({self._done_key!r}) in the reset output, "
+                f"got keys {list(tensordict_reset.keys(True, True))}"
+            )
+        shape, device = found
+        reset = tensordict.get(self._reset_key, None)
         previous = tensordict.get(self.out_key, None)
         if reset is None or previous is None:
-            reset = torch.ones(shape, dtype=torch.bool, device=done.device)
+            reset = torch.ones(shape, dtype=torch.bool, device=device)
         else:
-            reset = reset.reshape(shape)
+            reset = align_mask(reset, shape, "_reset", self._reset_key, self.out_key)
         count = int(reset.sum())
-        with self.__dict__["_lock"]:
-            start = int(self._traj_count)
-            self._traj_count.add_(count)
-        ids = torch.zeros(shape, dtype=torch.int64, device=done.device)
-        ids[reset] = torch.arange(start, start + count, device=done.device)
+        start = self.__dict__["_counter"].take(count)
+        ids = torch.zeros(shape, dtype=torch.int64, device=device)
+        ids[reset] = torch.arange(start, start + count, device=device)
         if previous is not None and not all_true(reset):
             ids = torch.where(reset, ids, previous.reshape(shape))
         tensordict_reset.set(self.out_key, ids)
@@ -242,20 +472,30 @@ class TrajCounter(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
-
-    def _id_spec(self, done_spec: Any) -> Any:
-        return Unbounded(shape=done_spec.shape, dtype=torch.int64, device=done_spec.device)
+        """Not available outside an env: ids are drawn at env resets."""
+        raise RuntimeError(
+            "TrajCounter can only be called within an environment step or reset; it has no "
+            "meaning on data from a buffer or a module"
+        )
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Add the id entry, shaped like the root ``done`` entry."""
+        """Add the id entry, shaped like the done entry of its level."""
         output_spec = super().transform_output_spec(output_spec)
         done_spec = output_spec["full_done_spec"]
-        done = done_spec.get("done", None)
-        if done is None:
-            done = done_spec["terminated"]
-        self._spec = self._id_spec(done)
+        prefix = as_tuple(self.out_key)[:-1]
+        level = None
+        for candidate in _done_levels(done_spec, len(output_spec.shape)):
+            if prefix[: len(candidate.prefix)] == candidate.prefix:
+                level = candidate
+        if level is None:
+            raise KeyError(
+                f"TrajCounter: expected a done entry at the level of {self.out_key!r} or above, "
+                f"got done keys {list(done_spec.keys(True, True))}"
+            )
+        self._done_key = level.done_key
+        self._reset_key = _join(level.prefix, "_reset")
+        done = done_spec[level.done_key]
+        self._spec = Unbounded(shape=done.shape, dtype=torch.int64, device=done.device)
         output_spec["full_observation_spec"][self.out_key] = self._spec.clone()
         return output_spec
 
@@ -266,15 +506,6 @@ class TrajCounter(Transform):
             input_spec["full_state_spec"][self.out_key] = self._spec.clone()
         return input_spec
 
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        self.__dict__["_lock"] = threading.Lock()
-
     def __repr__(self) -> str:
         return f"TrajCounter(out_key={self.out_key!r})"
 
@@ -282,10 +513,13 @@ class TrajCounter(Transform):
 class InitTracker(Transform):
     """Marks the first step of each trajectory with ``is_init = True``.
 
-    One entry per done level, shaped like its ``done`` entry; False on every step.
+    The entry is written at the top done level (the root when the env has a root
+    ``done``, else each outermost nested level), shaped like its ``done`` entry. At a
+    reset it is True where the ``"_reset"`` entry is (everywhere on a full reset);
+    False on every step.
 
     Args:
-        init_key: the name of the entry.
+        init_key: the name of the entry (a single name: it is placed at each level).
 
     Examples:
         >>> from tdrl.envs import InitTracker, PendulumEnv, TransformedEnv
@@ -293,26 +527,50 @@ class InitTracker(Transform):
         >>> rollout = env.rollout(3)
         >>> rollout["is_init"].squeeze(-1)
         tensor([ True, False, False])
+        >>> env.transform.init_keys
+        ['is_init']
     """
 
-    def __init__(self, init_key: NestedKey = "is_init") -> None:
-        if not isinstance(init_key, (str, tuple)):
+    def __init__(self, init_key: str = "is_init") -> None:
+        if isinstance(init_key, tuple):
+            raise ValueError(
+                "InitTracker init_key can only be of type str (the entry is placed next to each "
+                f"done entry), got the nested key {init_key!r}"
+            )
+        if not isinstance(init_key, str):
             raise TypeError(f"InitTracker init_key: expected a str, got {type(init_key).__name__}")
         super().__init__(out_keys=[init_key])
         self.init_key = init_key
-        self._levels: list[tuple] = [(init_key, "done")]
+        # (init key, done key, reset key, feature shape) per tracked level
+        self._levels: list[tuple] = [(init_key, "done", "_reset", None)]
+
+    @property
+    def init_keys(self) -> list:
+        """The init entries, one per tracked done level."""
+        return [level[0] for level in self._levels]
+
+    @property
+    def reset_keys(self) -> list:
+        """The ``"_reset"`` entries of the tracked levels."""
+        return [level[2] for level in self._levels]
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        for init_key, done_key in self._levels:
-            done = tensordict_reset.get(done_key, None)
-            if done is not None:
-                tensordict_reset.set(init_key, torch.ones_like(done, dtype=torch.bool))
+        for init_key, done_key, reset_key, shape in self._levels:
+            found = _template(tensordict_reset, tensordict, (done_key, reset_key), shape)
+            if found is None:
+                continue
+            reset = _reset_mask(tensordict, reset_key)
+            if reset is None:
+                value = torch.ones(found[0], dtype=torch.bool, device=found[1])
+            else:
+                value = align_mask(reset.bool(), found[0], "_reset", reset_key, init_key).clone()
+            tensordict_reset.set(init_key, value)
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for init_key, done_key in self._levels:
+        for init_key, done_key, _, _ in self._levels:
             done = fast_get(next_tensordict, done_key)
             if done is not None:
                 not_init = (
@@ -324,17 +582,22 @@ class InitTracker(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the flag is written at env resets."""
+        raise NotImplementedError(
+            "InitTracker cannot be executed without a parent env: it marks the steps that follow "
+            "a reset, which only exist in env rollouts"
+        )
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Add a boolean ``init_key`` entry for each done level."""
+        """Add a boolean ``init_key`` entry at each tracked done level."""
         output_spec = super().transform_output_spec(output_spec)
         observation_spec = output_spec["full_observation_spec"]
+        done_spec = output_spec["full_done_spec"]
         levels = []
-        for prefix, done_key, leaf in _done_levels(output_spec["full_done_spec"]):
-            init_key = _join(prefix, self.init_key)
-            levels.append((init_key, done_key))
+        for level in _top_levels(_done_levels(done_spec, len(output_spec.shape))):
+            init_key = _join(level.prefix, self.init_key)
+            levels.append((init_key, level.done_key, _join(level.prefix, "_reset"), level.shape))
+            leaf = done_spec[level.done_key]
             observation_spec[init_key] = Categorical(
                 2, shape=leaf.shape, dtype=torch.bool, device=leaf.device
             )

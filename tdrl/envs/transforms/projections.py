@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase, unravel_key
 
-from tdrl.data import Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, Unbounded
+from tdrl.data import (
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 from tdrl.envs.transforms.resets import TensorDictPrimer
 from tdrl.envs.transforms.transform import INPUT_ENTRIES, NestedKey, Transform, locate_spec
 
@@ -112,23 +120,25 @@ class ActionDiscretizer(Transform):
         self.categorical = categorical
         self._intervals = intervals
         self._nvec: torch.Tensor | None = None
+        self._scalar = False
         self._low: torch.Tensor | None = None
         self._width: torch.Tensor | None = None
         self._dtype = torch.get_default_dtype()
 
     # ----------------------------------------------------------------- specs
-    def _discrete_spec(self, spec: Any) -> Any:
+    def _discrete_spec(self, spec: Any, batch_dims: int = 0) -> Any:
+        """The discrete spec over ``spec`` (whose first ``batch_dims`` dims are env batch dims).
+
+        Also records the bins. A spec without feature dims (a scalar action per env)
+        is split into ``num_intervals`` bins as a single element.
+        """
         if not isinstance(spec, Bounded) or spec.domain != "continuous":
             raise TypeError(
                 f"ActionDiscretizer: expected a continuous Bounded spec at {self.action_key!r}, "
                 f"got {type(spec).__name__} ({spec.dtype})"
             )
-        if spec.ndim == 0:
-            raise ValueError(
-                f"ActionDiscretizer: expected an action spec with a feature dim at "
-                f"{self.action_key!r}, got shape ()"
-            )
-        size = spec.shape[-1]
+        scalar = spec.ndim <= batch_dims
+        size = 1 if scalar else spec.shape[-1]
         intervals = self._intervals.to(spec.device)
         if intervals.numel() == 1:
             intervals = intervals.expand(size)
@@ -137,13 +147,19 @@ class ActionDiscretizer(Transform):
                 f"ActionDiscretizer num_intervals: expected 1 or {size} counts (the last dim "
                 f"of the action spec at {self.action_key!r}), got {intervals.numel()}"
             )
+        self._scalar = scalar
         self._nvec = intervals
         self._low = spec.low
-        self._width = (spec.high - spec.low) / intervals.to(spec.dtype)
+        width = (spec.high - spec.low) / (intervals[0] if scalar else intervals).to(spec.dtype)
+        self._width = width
         self._dtype = spec.dtype
-        lead = spec.shape[:-1]
         nvec = intervals.tolist()
         uniform = len(set(nvec)) == 1
+        if scalar:
+            if self.categorical:
+                return Categorical(nvec[0], shape=spec.shape, device=spec.device)
+            return OneHot(nvec[0], shape=(*spec.shape, nvec[0]), device=spec.device)
+        lead = spec.shape[:-1]
         if self.categorical:
             if uniform:
                 return Categorical(nvec[0], shape=spec.shape, device=spec.device)
@@ -156,13 +172,26 @@ class ActionDiscretizer(Transform):
         """Replace the continuous action spec with the discrete one."""
         input_spec = super().transform_input_spec(input_spec)
         spec = _action_leaf("ActionDiscretizer", input_spec, self.action_key)
-        discrete = self._discrete_spec(spec)
+        discrete = self._discrete_spec(spec, len(input_spec.shape))
         action_spec = input_spec["full_action_spec"]
         if self.out_action_key != self.action_key:
             del action_spec[self.action_key]
             input_spec["full_state_spec"][self.action_key] = spec
         action_spec[self.out_action_key] = discrete
         return input_spec
+
+    def _init(self) -> None:
+        """Compute the bins from the continuous action spec of the env before this transform."""
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError(
+                "Cannot execute transform ActionDiscretizer without a parent env: the bins are "
+                "computed from the env's continuous action spec"
+            )
+        spec = parent.full_action_spec.get(self.action_key, None)
+        if spec is None:
+            spec = parent.full_state_spec[self.action_key]
+        self._discrete_spec(spec, len(parent.batch_size))
 
     # ------------------------------------------------------------- data paths
     def _indices(self, value: torch.Tensor) -> torch.Tensor:
@@ -171,16 +200,15 @@ class ActionDiscretizer(Transform):
         nvec = self._nvec.tolist()
         if value.dtype == torch.bool:
             value = value.to(torch.uint8)
+        if self._scalar:
+            return value.argmax(-1)
         if len(nvec) == 1:
             return value.argmax(-1, keepdim=True)
         return torch.stack([part.argmax(-1) for part in value.split(nvec, -1)], -1)
 
     def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         if self._nvec is None:
-            raise RuntimeError(
-                "ActionDiscretizer: the bins are computed from the env's action spec; "
-                "add the transform to an env first"
-            )
+            self._init()
         index = self._indices(value).to(self._dtype)
         strategy = self.sampling
         if strategy == self.SamplingStrategy.MEDIAN:
@@ -371,9 +399,10 @@ class gSDENoise(TensorDictPrimer):
     ) -> None:
         sized = state_dim is not None and action_dim is not None
         tail = (action_dim, state_dim) if sized else (1,)
-        full_shape = (*(() if shape is None else tuple(shape)), *tail)
+        lead = () if shape is None else tuple(shape)
         kwargs.setdefault("random", sized)
-        super().__init__(primers={"_eps_gSDE": Unbounded(shape=full_shape)}, **kwargs)
+        primers = Composite(_eps_gSDE=Unbounded(shape=(*lead, *tail)), shape=lead)
+        super().__init__(primers=primers, **kwargs)
         self.state_dim = state_dim
         self.action_dim = action_dim
 

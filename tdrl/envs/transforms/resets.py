@@ -11,9 +11,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data import Composite, Unbounded
-from tdrl.envs._partial import align_mask, all_true
+from tdrl.envs._partial import align_mask
 from tdrl.envs.auto_reset import AutoResetHandler
-from tdrl.envs.transforms.transform import NestedKey, Transform
+from tdrl.envs.transforms.transform import FORWARD_NOT_IMPLEMENTED, NestedKey, Transform
 
 __all__ = [
     "AutoResetTransform",
@@ -25,12 +25,15 @@ __all__ = [
 ]
 
 
-def _require_parent(transform: Transform) -> Any:
+PARENT_ERROR = (
+    "{owner} needs to be part of a TransformedEnv (through any Compose); it has no parent env"
+)
+
+
+def _require_parent(transform: Transform, message: str = PARENT_ERROR) -> Any:
     parent = transform.parent
     if parent is None:
-        raise RuntimeError(
-            f"{type(transform).__name__} needs to be part of a TransformedEnv; it has no parent env"
-        )
+        raise RuntimeError(message.format(owner=type(transform).__name__))
     return parent
 
 
@@ -46,13 +49,16 @@ class TensorDictPrimer(Transform):
     Args:
         primers: a dict or Composite of specs (specs may also be given as keyword
             arguments).
-        random: draw reset values from the specs instead of using defaults.
+        random: draw reset values from the specs instead of using defaults
+            (``default_value`` is then not used).
         default_value: the reset value: a number, a callable returning a tensor, or
             a dict mapping keys to either.
         reset_key: the ``"_reset"`` entry to read for partial resets (default: the
             root one).
-        expand_specs: expand primer specs to the env batch size (default: when their
-            shape does not start with it).
+        expand_specs: how primers whose batch shape (the shape of the ``primers``
+            Composite) differs from the env batch size are handled: True expands them
+            to it, False uses the leaf specs as they are (they must then start with the
+            env batch size), None (default) refuses the mismatch with a RuntimeError.
         single_default_value: with a callable ``default_value``, call it once and use
             the result for every primer.
         call_before_env_reset: write the primers before the base env's reset (the env
@@ -87,8 +93,6 @@ class TensorDictPrimer(Transform):
         primers = dict(kwargs) if primers is None else primers
         if not isinstance(primers, Composite):
             primers = Composite(primers)
-        if random and default_value is not None:
-            raise ValueError("TensorDictPrimer: random=True and default_value are exclusive")
         super().__init__(out_keys=list(primers.keys(True, True)))
         self.primers = primers
         self.random = bool(random)
@@ -193,18 +197,25 @@ class TensorDictPrimer(Transform):
         return tensordict
 
     def _expanded(self, batch_size: torch.Size, device: Any) -> Composite:
-        expand = self.expand_specs
+        primers = self.primers
+        own = tuple(primers.shape)
+        batch = tuple(batch_size)
+        if own != batch and self.expand_specs is None:
+            raise RuntimeError(
+                f"TensorDictPrimer: the primers have batch shape {own}, which differs from the "
+                f"env batch size {batch}; pass expand_specs=True to expand them to the env batch "
+                "size, or expand_specs=False to use the primer specs as they are"
+            )
         out = Composite(shape=batch_size, device=device)
         for key in self.out_keys:
-            spec = self.primers[key]
-            starts = tuple(spec.shape[: len(batch_size)]) == tuple(batch_size)
-            if expand or (expand is None and not starts):
-                spec = spec.expand(*batch_size, *spec.shape)
-            elif not starts:
+            spec = primers[key]
+            if own != batch and self.expand_specs:
+                spec = spec.expand(*batch_size, *spec.shape[len(own) :])
+            elif tuple(spec.shape[: len(batch)]) != batch:
                 raise ValueError(
                     f"TensorDictPrimer: the spec of {key!r} has shape {tuple(spec.shape)}, which "
-                    f"does not start with the env batch size {tuple(batch_size)}; pass "
-                    "expand_specs=True to expand it"
+                    f"does not start with the env batch size {batch}; pass expand_specs=True "
+                    "to expand it"
                 )
             if device is not None and spec.device != device:
                 spec = spec.to(device)
@@ -239,13 +250,18 @@ class TensorDictPrimer(Transform):
 class NoopResetEnv(Transform):
     """Takes a number of random steps after each reset (Atari-style no-op starts).
 
+    The env must be a single (unbatched) one: in a batched env every element would
+    take the same number of steps. Put the transform in each sub-env instead
+    (``ParallelEnv(n, lambda: TransformedEnv(make_env(), NoopResetEnv()))``).
+
     Args:
-        noops: the (maximum) number of random steps.
+        noops: the (maximum) number of random steps (0: none).
         random: draw the number of steps uniformly in ``[1, noops]``.
 
     Raises:
-        ValueError: on a partial reset of a batched env (the random steps would move
-            the elements that were not reset).
+        ValueError: at reset, when the parent env has a batch size.
+        RuntimeError: at reset, when the env is done within the random steps ten times
+            in a row.
 
     Examples:
         >>> from tdrl.envs import NoopResetEnv, PendulumEnv, StepCounter, TransformedEnv
@@ -255,9 +271,16 @@ class NoopResetEnv(Transform):
         tensor([3])
     """
 
+    PARENT_ERROR = (
+        "NoopResetEnv.parent not found. Make sure that the parent is set: the transform takes "
+        "random steps in its env at reset, so it must be part of a TransformedEnv"
+    )
+
     def __init__(self, noops: int = 30, random: bool = True) -> None:
-        if noops < 1:
-            raise ValueError(f"NoopResetEnv noops: expected a positive int, got {noops}")
+        if isinstance(noops, bool) or not isinstance(noops, int):
+            raise TypeError(f"NoopResetEnv noops: expected an int, got {type(noops).__name__}")
+        if noops < 0:
+            raise ValueError(f"NoopResetEnv noops: expected an int >= 0, got {noops}")
         super().__init__()
         self.noops = noops
         self.random = random
@@ -265,15 +288,15 @@ class NoopResetEnv(Transform):
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
-        parent = _require_parent(self)
-        for reset_key in parent.reset_keys:
-            mask = tensordict.get(reset_key, None)
-            if mask is not None and mask.numel() > 1 and not all_true(mask):
-                raise ValueError(
-                    "NoopResetEnv: partial resets of batched envs are not supported (the random "
-                    f"steps would move elements that were not reset); got {reset_key!r} = "
-                    f"{mask.reshape(-1).tolist()}"
-                )
+        parent = _require_parent(self, self.PARENT_ERROR)
+        if parent.batch_size:
+            raise ValueError(
+                "NoopResetEnv: The parent environment batch-size is non-null "
+                f"({tuple(parent.batch_size)}); all its elements would take the same random "
+                "steps. Add the transform to each sub-env of the batch instead"
+            )
+        if self.noops == 0:
+            return tensordict_reset
         noops = _random.randint(1, self.noops) if self.random else self.noops
         output_keys = list(tensordict_reset.keys(True, True))
         data = tensordict_reset
@@ -292,6 +315,10 @@ class NoopResetEnv(Transform):
             f"NoopResetEnv: the env was done within {noops} random steps in 10 attempts in a "
             "row; lower noops"
         )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Data that does not come from an env is left unchanged."""
+        return tensordict
 
     def __repr__(self) -> str:
         return f"NoopResetEnv(noops={self.noops}, random={self.random})"
@@ -312,7 +339,7 @@ class FrameSkipTransform(Transform):
     The repetition stops early when the env is done.
 
     Args:
-        frame_skip: how many env steps each action lasts.
+        frame_skip: how many env steps each action lasts (>= 1).
 
     Examples:
         >>> from tdrl.envs import FrameSkipTransform, PendulumEnv, StepCounter, TransformedEnv
@@ -323,10 +350,20 @@ class FrameSkipTransform(Transform):
         torch.Size([1])
     """
 
+    PARENT_ERROR = (
+        "parent not found for FrameSkipTransform: it repeats the steps of its env, so it must "
+        "be part of a TransformedEnv"
+    )
+
     def __init__(self, frame_skip: int = 1) -> None:
-        if not isinstance(frame_skip, int) or frame_skip < 1:
+        if isinstance(frame_skip, bool) or not isinstance(frame_skip, int):
+            raise TypeError(
+                f"FrameSkipTransform frame_skip: expected an int, got {type(frame_skip).__name__}"
+            )
+        if frame_skip < 1:
             raise ValueError(
-                f"FrameSkipTransform frame_skip: expected an int >= 1, got {frame_skip!r}"
+                "FrameSkipTransform: frame_skip should have a value greater or equal to one, "
+                f"got {frame_skip}"
             )
         super().__init__()
         self.frame_skip = frame_skip
@@ -334,7 +371,7 @@ class FrameSkipTransform(Transform):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self.frame_skip == 1:
             return next_tensordict
-        parent = _require_parent(self)
+        parent = _require_parent(self, self.PARENT_ERROR)
         reward_keys = parent.reward_keys
         done_keys = parent.done_keys
         rewards = {key: next_tensordict.get(key) for key in reward_keys}
@@ -358,8 +395,11 @@ class FrameSkipTransform(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the transform repeats env steps."""
+        raise RuntimeError(
+            "FrameSkipTransform can only be used when appended to a transformed env; it has no "
+            "meaning on data from a buffer or a module"
+        )
 
     def __repr__(self) -> str:
         return f"FrameSkipTransform(frame_skip={self.frame_skip})"
@@ -423,8 +463,16 @@ class EndOfLifeTransform(Transform):
         self.eol_attribute = eol_attribute
         self._getter = operator.attrgetter(eol_attribute)
 
+    #: the message of the error raised without a parent env (formatted with the type)
+    NO_PARENT_ERR = (
+        "parent not found for {}: the lives are read from the simulator of the env, add "
+        "the transform to a TransformedEnv"
+    )
+
     def _lives(self, device: Any) -> torch.Tensor:
-        parent = _require_parent(self)
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError(self.NO_PARENT_ERR.format(type(self)))
         lives = self._getter(_simulator(parent))
         if callable(lives):
             lives = lives()
@@ -455,8 +503,8 @@ class EndOfLifeTransform(Transform):
         return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the flag is read from the env's simulator."""
+        raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
 
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Add the end-of-life flag (shaped like ``done``) and the lives counter."""
@@ -594,8 +642,11 @@ class ConditionalSkip(Transform):
         return tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Data that does not come from an env is left unchanged."""
-        return tensordict
+        """Not available outside an env: the transform decides which env steps run."""
+        raise NotImplementedError(
+            "ConditionalSkip cannot be called outside an env: it marks the elements whose env "
+            "step is skipped (use it in a TransformedEnv)"
+        )
 
     def __repr__(self) -> str:
         return f"ConditionalSkip(cond={self.cond!r})"

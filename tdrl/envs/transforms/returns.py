@@ -62,8 +62,9 @@ def _time_dim(tensordict: TensorDictBase, owner: str) -> int:
     """The dim named ``"time"`` if any, else the last batch dim."""
     if tensordict.batch_dims == 0:
         raise ValueError(
-            f"{owner}: expected trajectories with a time dimension (batch dims >= 1), "
-            f"got batch size {tuple(tensordict.batch_size)}"
+            f"{owner}: At least one dimension of the tensordict must be a time dimension (the "
+            f"dim named 'time', else the last batch dim); got batch size "
+            f"{tuple(tensordict.batch_size)}"
         )
     names = tensordict.names
     if "time" in names:
@@ -133,13 +134,14 @@ def _discounted_to_go(
 
 # --------------------------------------------------------- returns and targets
 class Reward2GoTransform(Transform):
-    """Computes the discounted reward-to-go of trajectories stored in or sampled from a buffer.
+    """Computes the discounted reward-to-go of trajectories written to a replay buffer.
 
     ``g[t] = r[t] + gamma * g[t + 1]`` within each episode; an episode ends where
     ``("next", done_key)`` (or ``("next", "truncated")``) is True, or where the data
-    ends. The time dim is the one named ``"time"``, else the last batch dim. Both
-    ``forward`` (buffer samples) and ``inv`` (``ReplayBuffer.extend``) compute it.
-    Future rewards are unknown while stepping an env, so the transform refuses
+    ends. The time dim is the one named ``"time"``, else the last batch dim. The
+    returns are computed on the way in (:meth:`inv`, which ``ReplayBuffer.extend``
+    runs), where whole trajectories are available; ``forward`` leaves samples as they
+    are. Future rewards are unknown while stepping an env, so the transform refuses
     to be part of one.
 
     Args:
@@ -163,9 +165,10 @@ class Reward2GoTransform(Transform):
         tensor([1.5000, 1.0000, 1.5000, 1.0000])
     """
 
-    ENV_ERROR = (
-        "Reward2GoTransform needs future rewards and cannot be part of an environment; "
-        "use it on a replay buffer (forward on samples, inv on extend)"
+    #: the message of the error raised when the transform is added to an env
+    ENV_ERR = (
+        "Reward2GoTransform needs future rewards and cannot be part of an environment: use it "
+        "on a replay buffer, where it runs when data is written"
     )
 
     def __init__(
@@ -188,26 +191,26 @@ class Reward2GoTransform(Transform):
             reward = tensordict.get(in_key, None)
             if reward is None:
                 raise KeyError(
-                    f"Reward2GoTransform: expected key {in_key!r} in the data, got keys "
-                    f"{list(tensordict.keys(True, True))}"
+                    f"Reward2GoTransform: Could not find the reward entry {in_key!r} in the "
+                    f"data; got keys {list(tensordict.keys(True, True))}"
                 )
             done = _trajectory_done(tensordict, in_key, reward.shape, (done_name, "truncated"))
             tensordict.set(out_key, _discounted_to_go(reward, done, self.gamma, dim))
         return tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Write the reward-to-go of the trajectories in ``tensordict``."""
-        return self._reward_to_go(tensordict)
+        """Samples are left unchanged: the returns were written when the data was stored."""
+        return tensordict
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self._reward_to_go(tensordict)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(self.ENV_ERROR)
+        raise RuntimeError(self.ENV_ERR)
 
     def transform_output_spec(self, output_spec: Any) -> Any:
         """Refuse to be part of an environment."""
-        raise ValueError(self.ENV_ERROR)
+        raise ValueError(self.ENV_ERR)
 
     def __repr__(self) -> str:
         return f"Reward2GoTransform(gamma={self.gamma}, in_keys={self.in_keys}, out_keys={self.out_keys})"
@@ -216,12 +219,9 @@ class Reward2GoTransform(Transform):
 class _EpisodeTracker(Transform):
     """Shared plumbing of per-episode entries derived from reward entries.
 
-    Subclasses define ``_default_name`` (the out key's last element), ``_initial``
-    (the value at reset), ``_update(previous, reward)`` (the value after a step) and
-    ``_from_cumsum(total)`` (the buffer path, from per-episode reward sums).
+    Subclasses define ``_default_out_key(in_key)``, ``_initial`` (the value at reset)
+    and ``_update(previous, reward)`` (the value after a step).
     """
-
-    _default_name = ""
 
     def __init__(
         self,
@@ -235,43 +235,93 @@ class _EpisodeTracker(Transform):
         self._given_out_keys = out_keys is not None
         super().__init__(in_keys=["reward"] if in_keys is None else in_keys, out_keys=out_keys)
         if not self._given_out_keys:
-            self.out_keys = [_replace_last(key, self._default_name) for key in self.in_keys]
-        self._given_reset_keys = None if reset_keys is None else self._as_keys(reset_keys)
-        self._shared_reset_key = shared_reset_key
+            self.out_keys = [self._default_out_key(key) for key in self.in_keys]
         self._check_keys()
+        self._given_reset_keys = reset_keys is not None or shared_reset_key is not None
+        self._shared_reset_key = shared_reset_key
+        if shared_reset_key is not None:
+            reset_keys = [shared_reset_key] * len(self.in_keys)
+        #: one ``"_reset"`` key per in_key: given, or found in the env's specs
+        self._reset_keys: list | None = None if reset_keys is None else self._as_keys(reset_keys)
         # (in_key, out_key, reset keys shallowest first, feature shape, dtype, device)
         self._entries: list[tuple] = []
         self._pairs: list[tuple] = list(zip(self.in_keys, self.out_keys))
         self._specs: dict = {}
+        self._reset_error: str | None = None
 
     @staticmethod
     def _as_keys(keys: Any) -> list:
         return [keys] if isinstance(keys, (str, tuple)) else list(keys)
 
-    def _check_keys(self, resolved: bool = False) -> None:
+    def _check_keys(self) -> None:
         owner = type(self).__name__
         if len(self.in_keys) != len(self.out_keys):
             raise ValueError(
-                f"{owner}: expected as many out_keys as in_keys, got {len(self.out_keys)} "
-                f"out_keys for {len(self.in_keys)} in_keys"
+                f"{owner} expects the same number of input and output keys, got "
+                f"{len(self.in_keys)} in_keys {self.in_keys} and {len(self.out_keys)} out_keys "
+                f"{self.out_keys}"
             )
         if len(set(self.out_keys)) != len(self.out_keys):
             raise ValueError(f"{owner} out_keys: expected distinct keys, got {self.out_keys}")
-        given = self._given_reset_keys
-        checkable = resolved or self._given_in_keys
-        if given is not None and checkable and len(given) != len(self.in_keys):
-            raise ValueError(
-                f"{owner} reset_keys: expected one per in_key ({len(self.in_keys)}), "
-                f"got {len(given)}"
+
+    def _match_error(self, env_reset_keys: list | None) -> str:
+        where = "" if env_reset_keys is None else f", each among the env's {env_reset_keys}"
+        return (
+            f"{type(self).__name__}: Could not match the env reset_keys {self._reset_keys} with "
+            f"the in_keys {self.in_keys}: expected one reset key per in_key{where}"
+        )
+
+    @property
+    def reset_keys(self) -> list:
+        """The ``"_reset"`` key governing each in_key (given, or found in the env's specs)."""
+        if self._reset_keys is None:
+            raise TypeError(
+                f"{type(self).__name__}: reset_keys not provided but parent env not found; give "
+                "reset_keys or add the transform to an env"
             )
+        return list(self._reset_keys)
 
     # ------------------------------------------------------------ env path
+    def _standalone_entries(self) -> list[tuple]:
+        """The entries of a transform used without env: keys only, shapes from the data."""
+        reset_keys = self.reset_keys
+        if len(reset_keys) != len(self.in_keys):
+            raise ValueError(self._match_error(None))
+        return [
+            (in_key, out_key, [reset_key], None, None, None)
+            for (in_key, out_key), reset_key in zip(self._pairs, reset_keys)
+        ]
+
+    def _data_template(self, tensordict: TensorDictBase, in_key: NestedKey, out_key: NestedKey):
+        """Shape, dtype and device of an entry at reset, read from the data (no env)."""
+        reward = tensordict.get(in_key, None)
+        if reward is None:
+            reward = tensordict.get(("next", *as_tuple(in_key)), None)
+        previous = tensordict.get(out_key, None)
+        for value in (previous, reward):
+            if isinstance(value, torch.Tensor):
+                dtype = value.dtype if value.is_floating_point() else None
+                if dtype is None and isinstance(reward, torch.Tensor):
+                    dtype = reward.dtype if reward.is_floating_point() else None
+                return value.shape, dtype or torch.get_default_dtype(), value.device
+        return None
+
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:
+        if self._reset_error is not None:
+            raise ValueError(self._reset_error)
+        entries = self._entries or self._standalone_entries()
         batch = tensordict_reset.batch_size
-        for _, out_key, reset_keys, shape, dtype, device in self._entries:
-            value = self._initial((*batch, *shape), dtype, device)
+        for in_key, out_key, reset_keys, shape, dtype, device in entries:
+            if shape is None:
+                found = self._data_template(tensordict, in_key, out_key)
+                if found is None:
+                    continue
+                full_shape, dtype, device = found
+            else:
+                full_shape = (*batch, *shape)
+            value = self._initial(full_shape, dtype, device)
             previous = tensordict.get(out_key, None)
             if previous is not None and previous.shape == value.shape:
                 mask = _first_mask(tensordict, reset_keys)
@@ -293,36 +343,6 @@ class _EpisodeTracker(Transform):
             fast_set(next_tensordict, out_key, update(previous, reward))
         return next_tensordict
 
-    # ---------------------------------------------------------- buffer path
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Compute the entries along the time dim of trajectories (buffer samples, rollouts).
-
-        Rewards are read at ``in_key`` or, failing that, under ``"next"``; episodes
-        restart after each ``("next", "done")``. Next to ``("next", in_key)`` the
-        value after the step is written, and at the root the value before it.
-        """
-        dim = _time_dim(tensordict, type(self).__name__)
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            reward = tensordict.get(in_key, None)
-            nested = reward is None
-            if nested:
-                reward = tensordict.get(("next", *as_tuple(in_key)), None)
-            if reward is None:
-                raise KeyError(
-                    f"{type(self).__name__}: expected key {in_key!r} or "
-                    f"{('next', *as_tuple(in_key))!r} in the data, got keys "
-                    f"{list(tensordict.keys(True, True))}"
-                )
-            root = ("next",) if nested else ()
-            done = _trajectory_done(tensordict, in_key, reward.shape, ("done",), root)
-            total = _episode_cumsum(reward, done, dim)
-            if nested:
-                tensordict.set(("next", *as_tuple(out_key)), self._from_cumsum(total))
-                tensordict.set(out_key, self._from_cumsum(total - reward))
-            else:
-                tensordict.set(out_key, self._from_cumsum(total))
-        return tensordict
-
     # ------------------------------------------------------------ specs
     def _entry_spec(self, reward_spec: Any) -> Any:
         return Unbounded(
@@ -336,11 +356,20 @@ class _EpisodeTracker(Transform):
         if not self._given_in_keys:
             self.in_keys = list(reward_spec.keys(True, True))
             if not self._given_out_keys:
-                self.out_keys = [_replace_last(key, self._default_name) for key in self.in_keys]
-            self._check_keys(resolved=True)
+                self.out_keys = [self._default_out_key(key) for key in self.in_keys]
+            self._check_keys()
+            if self._shared_reset_key is not None:
+                self._reset_keys = [self._shared_reset_key] * len(self.in_keys)
         done_prefixes = _done_prefixes(output_spec["full_done_spec"])
+        env_reset_keys = [from_tuple((*prefix, "_reset")) for prefix in sorted(done_prefixes)]
+        given = self._reset_keys if self._given_reset_keys else None
+        self._reset_error = None
+        if given is not None and (
+            len(given) != len(self.in_keys) or any(key not in env_reset_keys for key in given)
+        ):
+            self._reset_error = self._match_error(env_reset_keys)
         batch_dims = len(output_spec.shape)
-        entries, specs = [], {}
+        entries, specs, resolved_reset_keys = [], {}, []
         for index, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
             sub = locate_spec(output_spec, ("full_reward_spec", "full_observation_spec"), in_key)
             if sub is None:
@@ -353,16 +382,17 @@ class _EpisodeTracker(Transform):
                     )
                 )
             leaf = sub[in_key]
-            if self._shared_reset_key is not None:
-                reset_keys = [self._shared_reset_key]
-            elif self._given_reset_keys is not None:
-                reset_keys = [self._given_reset_keys[index]]
+            if given is not None and self._reset_error is None:
+                reset_keys = [given[index]]
             else:
                 reset_keys = _reset_candidates(in_key, done_prefixes) or ["_reset"]
+            resolved_reset_keys.append(reset_keys[-1])
             entries.append(
                 (in_key, out_key, reset_keys, leaf.shape[batch_dims:], leaf.dtype, leaf.device)
             )
             specs[out_key] = self._entry_spec(leaf)
+        if given is None:
+            self._reset_keys = resolved_reset_keys
         self._entries = entries
         self._pairs = [(entry[0], entry[1]) for entry in entries]
         self._specs = specs
@@ -405,12 +435,18 @@ class RewardSum(_EpisodeTracker):
         in_keys: the reward entries (default: all reward keys of the env, or
             ``["reward"]`` without env).
         out_keys: the sum entries (default: each in_key with its last element
-            replaced by ``"episode_reward"``).
+            ``name`` replaced by ``"episode_<name>"``, e.g. ``"episode_reward"``).
         reset_keys: the ``"_reset"`` key governing each in_key (default: the one at
-            the reward's level or the nearest level above it).
+            the reward's level or the nearest level above it). Given keys must be reset
+            keys of the env, one per in_key; a mismatch raises a ``ValueError`` at the
+            first reset. Without env they are required by :meth:`_reset`.
 
     Keyword Args:
         reward_spec: list the sums in the reward spec rather than the observation spec.
+
+    On trajectories that do not come from an env (``transform(td)``, buffer samples),
+    the sums are computed along the time dim; rewards read under ``"next"`` restart
+    after each ``("next", "done")``.
 
     Examples:
         >>> from tdrl.envs import GymEnv, RewardSum, TransformedEnv, check_env_specs
@@ -423,7 +459,9 @@ class RewardSum(_EpisodeTracker):
         tensor([0., 1., 2.])
     """
 
-    _default_name = "episode_reward"
+    @staticmethod
+    def _default_out_key(in_key: NestedKey) -> NestedKey:
+        return _replace_last(in_key, f"episode_{as_tuple(in_key)[-1]}")
 
     def __init__(
         self,
@@ -446,9 +484,26 @@ class RewardSum(_EpisodeTracker):
     def _update(previous: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
         return previous + reward
 
-    @staticmethod
-    def _from_cumsum(total: torch.Tensor) -> torch.Tensor:
-        return total
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Compute the running sums along the time dim of trajectories (buffer samples, rollouts).
+
+        Episodes restart after each done flag: ``("next", "done")`` for rewards read
+        under ``"next"``, the root ``"done"`` for rewards read at the root. The sum
+        including each step's reward is written at ``out_key``.
+        """
+        owner = type(self).__name__
+        dim = _time_dim(tensordict, owner)
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            reward = tensordict.get(in_key, None)
+            if reward is None:
+                raise KeyError(
+                    f"{owner}: expected the reward entry {in_key!r} in the data, got keys "
+                    f"{list(tensordict.keys(True, True))}"
+                )
+            root = ("next",) if as_tuple(in_key)[0] == "next" else ()
+            done = _trajectory_done(tensordict, in_key, reward.shape, ("done",), root)
+            tensordict.set(out_key, _episode_cumsum(reward, done, dim))
+        return tensordict
 
     def _target_spec_entry(self) -> str:
         return "full_reward_spec" if self.reward_spec else "full_observation_spec"
@@ -479,7 +534,10 @@ class TargetReturn(_EpisodeTracker):
         tensor([10.,  9.,  8.,  7.])
     """
 
-    _default_name = "target_return"
+    @staticmethod
+    def _default_out_key(in_key: NestedKey) -> NestedKey:
+        return _replace_last(in_key, "target_return")
+
     MODES = ("reduce", "constant")
 
     def __init__(
@@ -505,15 +563,17 @@ class TargetReturn(_EpisodeTracker):
     def _initial(self, shape: Any, dtype: torch.dtype, device: Any) -> torch.Tensor:
         return torch.full(shape, self.target_return, dtype=dtype, device=device)
 
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Not available outside an env: targets are set at resets and updated at steps."""
+        raise NotImplementedError(
+            "TargetReturn cannot be executed without a parent env: the target is set at each "
+            "reset and updated at each step of an env"
+        )
+
     def _update(self, previous: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
         if self.mode == "constant":
             return previous.clone()
         return previous - reward
-
-    def _from_cumsum(self, total: torch.Tensor) -> torch.Tensor:
-        if self.mode == "constant":
-            return torch.full_like(total, self.target_return)
-        return self.target_return - total
 
     def __repr__(self) -> str:
         return (

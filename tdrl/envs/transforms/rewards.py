@@ -15,8 +15,12 @@ from tensordict import TensorDictBase
 
 from tdrl.data import Binary, Bounded, Categorical, Unbounded
 from tdrl.envs.transforms.transform import (
+    OUTPUT_ENTRIES,
     NestedKey,
     Transform,
+    _apply_to_composite,
+    _unlocked_clone,
+    locate_spec,
     map_input_specs,
     map_output_specs,
 )
@@ -29,6 +33,7 @@ __all__ = [
     "RewardClipping",
     "RewardScaling",
     "SignTransform",
+    "SuccessReward",
 ]
 
 KEY_SPEC_ERROR = "{owner}: {kind} key {key!r} is not in the env specs; available keys: {keys}"
@@ -199,7 +204,7 @@ def _check_range(owner: str, low: Any, high: Any, low_name: str, high_name: str)
 
 
 class BinarizeReward(Transform):
-    """Maps the reward to 1 where it is non-zero and to 0 where it is zero (int64).
+    """Maps the reward to 1 where it is positive and to 0 elsewhere (int64).
 
     Args:
         in_keys: the entries to map (default ``["reward"]``).
@@ -210,7 +215,7 @@ class BinarizeReward(Transform):
         >>> from tensordict import TensorDict
         >>> from tdrl.envs import BinarizeReward
         >>> BinarizeReward()(TensorDict({"reward": torch.tensor([0.0, 2.0, -1.0])}))["reward"]
-        tensor([0, 1, 1])
+        tensor([0, 1, 0])
     """
 
     def __init__(
@@ -221,7 +226,7 @@ class BinarizeReward(Transform):
         super().__init__(in_keys=_keys_or(in_keys, ["reward"]), out_keys=out_keys)
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return (reward != 0).to(torch.int64)
+        return (reward > 0).to(torch.int64)
 
     @staticmethod
     def _spec(spec: Any) -> Any:
@@ -374,15 +379,16 @@ class ClipTransform(Transform):
 class LineariseReward(Transform):
     """Turns a multi-objective reward into one value: the weighted sum over its last dim.
 
-    The output drops the reward's last dimension (a reward of shape ``(..., n)``
-    becomes ``(...)``); a bounded reward gives a bounded output.
+    The output keeps the reward's last dimension with size 1 (a reward of shape
+    ``(..., n)`` becomes ``(..., 1)``); a bounded reward gives a bounded output. Rewards
+    with discrete values (integer specs) are refused.
 
     Args:
         in_keys: the multi-objective reward entries.
         out_keys: where to write the sums (default: in place).
 
     Keyword Args:
-        weights: one weight per objective (default: all ones).
+        weights: one weight per objective (default: all ones); negative weights are allowed.
 
     Examples:
         >>> import torch
@@ -390,7 +396,8 @@ class LineariseReward(Transform):
         >>> from tdrl.envs import LineariseReward
         >>> t = LineariseReward(in_keys=["reward"], weights=[1.0, -2.0])
         >>> t(TensorDict({"reward": torch.tensor([[1.0, 1.0], [3.0, 0.5]])}, [2]))["reward"]
-        tensor([-1.,  2.])
+        tensor([[-1.],
+                [ 2.]])
     """
 
     def __init__(
@@ -407,43 +414,124 @@ class LineariseReward(Transform):
             weights = torch.as_tensor(weights, dtype=torch.get_default_dtype())
             if weights.ndim != 1:
                 raise ValueError(
-                    f"LineariseReward weights: expected a 1-d sequence, got shape "
-                    f"{tuple(weights.shape)}"
+                    "LineariseReward: Expected weights to be a unidimensional tensor (one weight "
+                    f"per objective), got shape {tuple(weights.shape)}"
                 )
         self.register_buffer("weights", weights)
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
         weights = self.weights
         if weights is None:
-            return reward.sum(-1)
-        return (reward * weights).sum(-1)
+            return reward.sum(-1, keepdim=True)
+        return (reward * weights).sum(-1, keepdim=True)
 
     def _spec(self, spec: Any) -> Any:
-        objectives = spec.shape[-1] if spec.shape else 0
+        if getattr(spec, "domain", "continuous") == "discrete" or not spec.dtype.is_floating_point:
+            raise NotImplementedError(
+                "LineariseReward: Aggregation of rewards that take discrete values is not "
+                f"supported; got a {type(spec).__name__} spec of dtype {spec.dtype}"
+            )
+        objectives = spec.shape[-1] if spec.shape else 1
         weights = self.weights
         if weights is None:
-            weights = torch.ones(objectives, device=spec.device)
+            weights = torch.ones(objectives, device=spec.device, dtype=spec.dtype)
         if weights.numel() != objectives:
             raise ValueError(
                 f"LineariseReward: reward of shape {tuple(spec.shape)} has {objectives} "
                 f"objectives, expected {weights.numel()} (one per weight)"
             )
-        dtype = spec.dtype if spec.dtype.is_floating_point else weights.dtype
-        shape = spec.shape[:-1]
+        shape = (*spec.shape[:-1], 1)
         if isinstance(spec, Bounded):
+            weights = weights.to(device=spec.low.device, dtype=spec.dtype)
             positive, negative = weights.clamp_min(0), weights.clamp_max(0)
-            low = (positive * spec.low + negative * spec.high).sum(-1)
-            high = (positive * spec.high + negative * spec.low).sum(-1)
+            low = (positive * spec.low + negative * spec.high).sum(-1, keepdim=True)
+            high = (positive * spec.high + negative * spec.low).sum(-1, keepdim=True)
             if bool(torch.isfinite(low).all()) and bool(torch.isfinite(high).all()):
-                return Bounded(
-                    low.to(dtype), high.to(dtype), shape=shape, device=spec.device, dtype=dtype
-                )
-        return Unbounded(shape=shape, device=spec.device, dtype=dtype)
+                return Bounded(low, high, shape=shape, device=spec.device, dtype=spec.dtype)
+        return Unbounded(shape=shape, device=spec.device, dtype=spec.dtype)
+
+    @_apply_to_composite
+    def transform_reward_spec(self, reward_spec: Any) -> Any:
+        """Replace each reward spec by the spec of its weighted sum (a leaf spec maps directly)."""
+        return self._spec(reward_spec)
+
+
+class SuccessReward(Transform):
+    """Replaces the reward with a sparse one: ``scale`` where a success flag is set, else 0.
+
+    The flag is read at each step (after the env and the transforms before this one,
+    e.g. a :class:`RenameTransform` that copies ``done`` to ``"success"``); no reward
+    is written at reset. The reward spec becomes ``Bounded(0, scale)``, shaped like the
+    success entry. On data that does not come from an env (buffer samples), the
+    reward is computed the same way.
+
+    Args:
+        success_key: the boolean success entry.
+        reward_key: the reward entry to write.
+        scale: the reward of a success.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdrl.envs import SuccessReward
+        >>> t = SuccessReward(scale=2.0)
+        >>> t(TensorDict({"success": torch.tensor([[True], [False]])}, [2]))["reward"]
+        tensor([[2.],
+                [0.]])
+    """
+
+    def __init__(
+        self,
+        success_key: NestedKey = "success",
+        reward_key: NestedKey = "reward",
+        scale: float = 1.0,
+    ) -> None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"SuccessReward scale: expected a number, got {type(scale).__name__}")
+        super().__init__(in_keys=[success_key], out_keys=[reward_key])
+        self.success_key = self.in_keys[0]
+        self.reward_key = self.out_keys[0]
+        self.scale = float(scale)
+        self._dtype = torch.get_default_dtype()
+
+    def _apply_transform(self, success: torch.Tensor) -> torch.Tensor:
+        return success.to(self._dtype) * self.scale
+
+    def _reward_leaf(self, shape: torch.Size, device: Any) -> Any:
+        low, high = min(0.0, self.scale), max(0.0, self.scale)
+        return Bounded(low, high, shape=shape, device=device, dtype=self._dtype)
+
+    def _reward_spec(self, reward_spec: Any, success_spec: Any) -> Any:
+        if success_spec is None:
+            success_spec = reward_spec.get(self.reward_key, None)
+        if success_spec is None:
+            raise RuntimeError(
+                f"SuccessReward could not infer the shape of the reward {self.reward_key!r}: "
+                f"expected the success entry {self.success_key!r} in the env specs or an "
+                f"existing reward entry, got reward keys {list(reward_spec.keys(True, True))}"
+            )
+        reward_spec[self.reward_key] = self._reward_leaf(success_spec.shape, success_spec.device)
+        return reward_spec
+
+    def transform_reward_spec(self, reward_spec: Any) -> Any:
+        """Make the reward a ``Bounded(0, scale)`` entry shaped like the existing reward."""
+        return self._reward_spec(reward_spec, None)
 
     def transform_output_spec(self, output_spec: Any) -> Any:
-        """Replace each reward spec by the spec of its weighted sum."""
-        output_spec = super().transform_output_spec(output_spec)
-        return map_output_specs(self, output_spec, self.in_keys, self.out_keys, self._spec)
+        """Make the reward a ``Bounded(0, scale)`` entry shaped like the success entry."""
+        output_spec = _unlocked_clone(output_spec)
+        sub = locate_spec(output_spec, OUTPUT_ENTRIES, self.success_key)
+        success_spec = None if sub is None else sub[self.success_key]
+        output_spec["full_reward_spec"] = self._reward_spec(
+            output_spec["full_reward_spec"], success_spec
+        )
+        return output_spec
+
+    def __repr__(self) -> str:
+        return (
+            f"SuccessReward(success_key={self.success_key!r}, reward_key={self.reward_key!r}, "
+            f"scale={self.scale})"
+        )
 
 
 #: The name this transform has in the API reference code (plural).

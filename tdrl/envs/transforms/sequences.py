@@ -46,6 +46,13 @@ class _BufferOnly(Transform):
         raise self._env_error()
 
 
+class _TooShortError(ValueError, RuntimeError):
+    """Sequences shorter than the crop.
+
+    A bad value (ValueError) that code written for the reference API catches as a RuntimeError.
+    """
+
+
 class RandomCropTensorDict(_BufferOnly):
     """Crops a random window of ``sub_seq_len`` steps along ``sample_dim``.
 
@@ -106,9 +113,10 @@ class RandomCropTensorDict(_BufferOnly):
             )
         length = shape[dim]
         if length < self.sub_seq_len:
-            raise ValueError(
-                f"RandomCropTensorDict: expected at least {self.sub_seq_len} steps along dim "
-                f"{self.sample_dim}, got batch size {tuple(shape)}"
+            raise _TooShortError(
+                f"RandomCropTensorDict: Cannot sample trajectories of length {self.sub_seq_len}: "
+                f"expected at least {self.sub_seq_len} steps along dim {self.sample_dim}, got "
+                f"batch size {tuple(shape)}"
             )
         device = tensordict.device or torch.device("cpu")
         start_shape = list(shape)
@@ -124,8 +132,9 @@ class RandomCropTensorDict(_BufferOnly):
                 )
             valid = mask.sum(dim, keepdim=True)
             if bool((valid < self.sub_seq_len).any()):
-                raise ValueError(
-                    f"RandomCropTensorDict: expected at least {self.sub_seq_len} valid steps in "
+                raise _TooShortError(
+                    f"RandomCropTensorDict: Cannot sample trajectories of length "
+                    f"{self.sub_seq_len}: expected at least {self.sub_seq_len} valid steps in "
                     f"each sequence of {self.mask_key!r}, got as few as {int(valid.min())}"
                 )
             span = (valid - self.sub_seq_len + 1).to(device)

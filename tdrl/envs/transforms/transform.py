@@ -15,6 +15,7 @@ specs, so a transform can edit its argument freely and return it.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,10 +24,18 @@ import torch
 from tensordict import TensorDictBase, unravel_key
 from torch import nn
 
+from tdrl.data import Composite
+
 if TYPE_CHECKING:
     from tdrl.envs.transforms.transformed_env import TransformedEnv
 
 __all__ = ["ObservationTransform", "Transform"]
+
+#: message of the transforms that only work inside an env, formatted with the transform's type
+FORWARD_NOT_IMPLEMENTED = (
+    "The forward method of {} is not implemented: the transform only works inside an "
+    "environment, on the data of its steps and resets"
+)
 
 NestedKey = Any
 
@@ -42,7 +51,7 @@ PARENT_SET_ERROR = (
 
 def _normalize_keys(keys: Any, name: str) -> list:
     """Turn ``None`` / a key / a sequence of keys into a list of unravelled keys."""
-    if keys is None:
+    if keys is None or keys == ():
         return []
     if isinstance(keys, (str, tuple)):
         keys = [keys]
@@ -488,6 +497,46 @@ class _CallableTransform(Transform):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.func!r})"
+
+
+def _apply_to_composite(
+    function: Callable[[Any, Any], Any],
+) -> Callable[[Any, Any], Any]:
+    """Lift a spec hook written for one leaf spec to a hook that takes a Composite.
+
+    The decorated method receives the leaf spec of one ``in_keys`` entry and returns
+    the spec of the matching ``out_keys`` entry. Given a Composite, the wrapper calls it
+    for every ``in_keys`` entry the Composite holds and stores the results under the
+    ``out_keys``; given a leaf spec, it simply calls it.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data import Bounded, Composite, Unbounded
+        >>> from tdrl.envs.transforms.transforms import Transform, _apply_to_composite
+        >>> class Sin(Transform):
+        ...     def _apply_transform(self, value):
+        ...         return value.sin()
+        ...     @_apply_to_composite
+        ...     def transform_observation_spec(self, spec):
+        ...         return Bounded(-1, 1, shape=spec.shape, dtype=spec.dtype)
+        >>> spec = Sin(in_keys=["th"], out_keys=["sin"]).transform_observation_spec(
+        ...     Composite(th=Unbounded(()))
+        ... )
+        >>> type(spec["sin"]).__name__, type(spec["th"]).__name__
+        ('Bounded', 'Unbounded')
+    """
+
+    @functools.wraps(function)
+    def wrapper(self: Any, spec: Any) -> Any:
+        if not isinstance(spec, Composite):
+            return function(self, spec)
+        keys = set(spec.keys(True, True))
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            if in_key in keys:
+                spec[out_key] = function(self, spec[in_key].clone())
+        return spec
+
+    return wrapper
 
 
 def _as_transform(transform: Any) -> Transform:

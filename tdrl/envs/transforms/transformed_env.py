@@ -11,6 +11,7 @@ from tensordict import TensorDictBase
 from tdrl._settings import auto_unwrap_transformed_env
 from tdrl.envs import _partial
 from tdrl.envs._done import complete_done_spec
+from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.common import EnvBase
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.transform import Transform, _as_transform
@@ -45,6 +46,8 @@ class TransformedEnv(EnvBase):
         auto_unwrap: when ``base_env`` is itself a TransformedEnv, fold its transforms
             (cloned) and this one into a single env over its base env. None (default)
             follows :func:`tdrl.auto_unwrap_transformed_env` (False unless set).
+        device: move the env (base env and transforms) to this device.
+        spec_locked: lock the computed specs against in-place edits (default).
 
     Raises:
         RuntimeError: when ``transform`` already belongs to another env
@@ -68,6 +71,8 @@ class TransformedEnv(EnvBase):
         cache_specs: bool = True,
         *,
         auto_unwrap: bool | None = None,
+        device: torch.device | str | None = None,
+        spec_locked: bool = True,
     ) -> None:
         if not isinstance(base_env, EnvBase):
             raise TypeError(
@@ -88,9 +93,12 @@ class TransformedEnv(EnvBase):
             device=base_env.device,
             batch_size=base_env.batch_size,
             allow_done_after_reset=base_env.allow_done_after_reset,
+            spec_locked=spec_locked,
         )
         self._modules["base_env"] = base_env
         self._set_transform(transform)
+        if device is not None and torch.device(device) != self.device:
+            self.to(device)
 
     # --------------------------------------------------------------- plumbing
     @property
@@ -188,7 +196,10 @@ class TransformedEnv(EnvBase):
 
     @batch_locked.setter
     def batch_locked(self, value: bool) -> None:
-        self.__dict__["_base_env"].batch_locked = value
+        raise RuntimeError(
+            "batch_locked is a read-only property of a TransformedEnv: it follows the base env; "
+            "set it on the base env instead"
+        )
 
     @property
     def auto_reset(self) -> bool:
@@ -200,13 +211,10 @@ class TransformedEnv(EnvBase):
         env_dict = self.__dict__
         transform = env_dict["_transform"]
         base = env_dict["_base_env"]
-        if env_dict["_needs_inverse"]:
-            tensordict_in = transform.inv(tensordict)
-            partial = tensordict_in.get("_step", None)
-            if partial is not None:
-                return self._partial_step_through(tensordict, tensordict_in, partial)
-        else:
-            tensordict_in = tensordict
+        tensordict_in = transform.inv(tensordict) if env_dict["_needs_inverse"] else tensordict
+        partial = fast_get(tensordict_in, "_step")
+        if partial is not None:
+            return self._partial_step_through(tensordict, tensordict_in, partial)
         next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
         return transform._step(tensordict, next_tensordict)
 
@@ -222,9 +230,11 @@ class TransformedEnv(EnvBase):
             for key in keys
         ]
         ndim = len(self.batch_size)
-        if tensordict.batch_dims != ndim:
-            return _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, 0)
-        return _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, ndim)
+        spec_ndim = 0 if tensordict.batch_dims != ndim else ndim
+        out = _partial.fill_from_input(tensordict, output_keys, tensordict.batch_size, spec_ndim)
+        device = self.device
+        # the output of a skipped step lives on the env's device, as a stepped one does
+        return out if device is None or out.device == device else out.to(device)
 
     def _partial_step_through(
         self, tensordict: TensorDictBase, tensordict_in: TensorDictBase, partial: torch.Tensor
@@ -345,6 +355,13 @@ class TransformedEnv(EnvBase):
         """Recompute the specs and cached keys (after editing the base env's specs)."""
         self.__dict__["_transform"].empty_cache()
         self._compute_specs()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "transform":
+            # nn.Module would store a submodule directly; go through the property instead
+            type(self).transform.fset(self, value)
+            return
+        super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> Any:
         try:

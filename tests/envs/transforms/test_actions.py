@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -11,6 +13,7 @@ from tdrl.envs import (
     ActionMask,
     EnvBase,
     GymEnv,
+    GymWrapper,
     TicTacToeEnv,
     TransformedEnv,
     check_env_specs,
@@ -105,10 +108,51 @@ def test_action_mask_follows_partial_state():
 def test_action_mask_errors():
     with pytest.raises(TypeError, match="action_key"):
         ActionMask(action_key=3)
-    with pytest.raises(TypeError, match="Bounded"):
-        TransformedEnv(GymEnv("Pendulum-v1"), ActionMask())
-    with pytest.raises(RuntimeError, match="TransformedEnv"):
+    pendulum = TransformedEnv(GymEnv("Pendulum-v1"), ActionMask())
+    with pytest.raises(ValueError, match="The action spec must be one of .* got Bounded"):
+        pendulum.reset()
+    with pytest.raises(RuntimeError, match="not implemented"):
         ActionMask()(TensorDict({}, []))
+    with pytest.raises(RuntimeError, match="parent cannot be None"):
+        ActionMask()._call(TensorDict({}, []))
     cartpole = TransformedEnv(GymEnv("CartPole-v1"), ActionMask())
     with pytest.raises(KeyError, match="action_mask"):
         cartpole.reset()
+
+
+class JointMaskGymEnv(gym.Env):
+    """A MultiDiscrete([3, 4]) gymnasium env whose mask allows two action combinations."""
+
+    def __init__(self):
+        self.action_space = gym.spaces.MultiDiscrete([3, 4])
+        self.observation_space = gym.spaces.Dict(
+            {
+                "observation": gym.spaces.Box(0, 1, (2,)),
+                "action_mask": gym.spaces.Box(0, 1, (3, 4), dtype=bool),
+            }
+        )
+        self.seen = []
+
+    def _obs(self):
+        mask = np.zeros((3, 4), dtype=bool)
+        mask[1, 2] = mask[2, 0] = True
+        return {"observation": np.zeros(2, dtype=np.float32), "action_mask": mask}
+
+    def reset(self, seed=None, options=None):
+        return self._obs(), {}
+
+    def step(self, action):
+        self.seen.append(tuple(int(a) for a in action))
+        return self._obs(), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+def test_action_mask_joint_mask_over_multi_discrete_actions(categorical):
+    raw = JointMaskGymEnv()
+    env = TransformedEnv(GymWrapper(raw, categorical_action_encoding=categorical), ActionMask())
+    # one choice among the 12 combinations, so that the (3, 4) mask applies
+    expected = Categorical(12, ()) if categorical else OneHot(12, (12,))
+    assert type(env.action_spec) is type(expected) and env.action_spec.shape == expected.shape
+    check_env_specs(env)
+    env.rollout(30)
+    assert set(raw.seen) == {(1, 2), (2, 0)}

@@ -35,7 +35,9 @@ def test_finite_check_raises_on_step_naming_the_key():
     env = TransformedEnv(NanEnv(bad_step=2), FiniteTensorDictCheck())
     td = env.rand_step(env.reset())
     assert torch.isfinite(td["next", "observation"]).all()
-    with pytest.raises(ValueError, match=r"\('next', 'observation'\).*4 non-finite"):
+    with pytest.raises(
+        ValueError, match=r"Encountered a non-finite tensor at key \('next', 'observation'\).*4 non"
+    ):
         env.rollout(5)
 
 

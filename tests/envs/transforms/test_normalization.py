@@ -14,9 +14,9 @@ from tdrl.envs import (
     Compose,
     FiniteTensorDictCheck,
     GymEnv,
-    LineariseReward,
     ObservationNorm,
     PendulumEnv,
+    SqueezeTransform,
     TransformedEnv,
     VecNorm,
     check_env_specs,
@@ -183,7 +183,7 @@ def test_vecnorm_on_gym_normalises(pendulum):
 
 
 def test_vecnorm_scalar_entries_keep_their_shape(pendulum):
-    chain = Compose(LineariseReward(["reward"]), VecNorm(), FiniteTensorDictCheck())
+    chain = Compose(SqueezeTransform(-1, in_keys=["reward"]), VecNorm(), FiniteTensorDictCheck())
     env = TransformedEnv(pendulum, chain)
     check_env_specs(env)
     assert env.rollout(3)["next", "reward"].shape == (3,)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
+from tdrl.data import Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot
 from tdrl.envs import (
     ActionDiscretizer,
     Compose,
@@ -143,6 +143,47 @@ def test_action_discretizer_errors():
         ActionDiscretizer(3, sampling="middle")
     with pytest.raises(TypeError, match="Bounded"):
         TransformedEnv(GymEnv("CartPole-v1"), ActionDiscretizer(3))
+
+
+class ScalarActionEnv(CountingEnv):
+    """A counting env whose action has no feature dim (one float per env)."""
+
+    def __init__(self, batch_size=()):
+        super().__init__(max_steps=100, batch_size=batch_size)
+        self.action_spec = Bounded(-1.0, 1.0, self.batch_size)
+
+    def _step(self, tensordict):
+        action = tensordict.get("action").unsqueeze(-1)
+        return super()._step(tensordict.clone(False).set("action", action))
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+@pytest.mark.parametrize("batch_size", [(), (2,)])
+def test_action_discretizer_scalar_actions(categorical, batch_size):
+    env = TransformedEnv(
+        ScalarActionEnv(batch_size), ActionDiscretizer(num_intervals=4, categorical=categorical)
+    )
+    check_env_specs(env)
+    spec = env.action_spec
+    if categorical:
+        assert isinstance(spec, Categorical) and spec.shape == batch_size
+        action = torch.full(batch_size, 3)
+    else:
+        assert isinstance(spec, OneHot) and spec.shape == (*batch_size, 4)
+        action = torch.nn.functional.one_hot(torch.full(batch_size, 3), 4).bool()
+    inner = env.transform.inv(env.reset().set("action", action))["action"]
+    assert inner.shape == batch_size
+    assert torch.allclose(inner, torch.full(batch_size, 0.75))
+
+
+def test_action_discretizer_bins_need_an_env():
+    with pytest.raises(RuntimeError, match="Cannot execute transform ActionDiscretizer"):
+        ActionDiscretizer(num_intervals=5)._init()
+    t = ActionDiscretizer(num_intervals=5)
+    TransformedEnv(GymEnv("Pendulum-v1"), t)
+    t._nvec = None  # forget the bins: the next action recomputes them from the parent
+    action = t.inv(TensorDict({"action": torch.tensor([0])}))["action"]
+    assert torch.allclose(action, torch.tensor([-1.6]))
 
 
 # ------------------------------------------------------------------ DiscreteActionProjection

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, Unbounded
+from tdrl.data import Bounded, Composite, Unbounded
 from tdrl.envs import (
     AutoResetTransform,
     Compose,
@@ -49,7 +49,7 @@ def test_primer_defaults_on_gym(cartpole):
 def test_primer_expands_to_batch_and_carries_values():
     env = TransformedEnv(
         CountingEnv(max_steps=100, batch_size=(3,)),
-        TensorDictPrimer({"h": Unbounded((4,))}, default_value=1.5),
+        TensorDictPrimer({"h": Unbounded((4,))}, default_value=1.5, expand_specs=True),
     )
     assert env.observation_spec["h"].shape == (3, 4)
     check_env_specs(env)
@@ -60,10 +60,25 @@ def test_primer_expands_to_batch_and_carries_values():
     assert env.step(td)["next", "h"].unique().tolist() == [3.0]
 
 
+def test_primer_batch_shape_must_match_or_be_handled():
+    base = CountingEnv(max_steps=100, batch_size=(2,))
+    with pytest.raises(RuntimeError, match="expand_specs=True"):
+        TransformedEnv(base, TensorDictPrimer(h=Unbounded((4,))))
+    # primers given with the env batch shape need no expansion
+    primers = Composite(h=Unbounded((2, 4)), shape=(2,))
+    env = TransformedEnv(base, TensorDictPrimer(primers))
+    assert env.reset()["h"].shape == (2, 4)
+    # without expansion, the leaf specs must start with the env batch size
+    env = TransformedEnv(base, TensorDictPrimer(h=Unbounded((2, 4)), expand_specs=False))
+    check_env_specs(env)
+    with pytest.raises(ValueError, match="does not start with the env batch size"):
+        TransformedEnv(base, TensorDictPrimer(h=Unbounded((4,)), expand_specs=False))
+
+
 def test_primer_partial_reset_and_random():
     env = TransformedEnv(
         CountingEnv(max_steps=100, batch_size=(2,)),
-        TensorDictPrimer(h=Bounded(-1.0, 1.0, (3,)), random=True),
+        TensorDictPrimer(h=Bounded(-1.0, 1.0, (3,)), random=True, expand_specs=True),
     )
     td = env.reset()
     assert td["h"].shape == (2, 3) and (td["h"].abs() <= 1).all()
@@ -92,8 +107,9 @@ def test_primer_callable_default_before_reset_and_forward():
     assert torch.equal(seen["h"], torch.ones(2)) and torch.equal(td["h"], torch.ones(2))
     data = TensorDictPrimer(h=Unbounded((2,)))(TensorDict({}, [5]))
     assert data["h"].shape == (5, 2)
-    with pytest.raises(ValueError, match="exclusive"):
-        TensorDictPrimer(h=Unbounded(()), random=True, default_value=1.0)
+    # random draws take precedence over default values
+    random = TensorDictPrimer(h=Bounded(2.0, 3.0, ()), random=True, default_value=1.0)
+    assert bool((random(TensorDict({}, [50]))["h"] >= 2.0).all())
 
 
 # ---------------------------------------------------------------- noop reset
@@ -107,14 +123,29 @@ def test_noop_reset_takes_random_steps(cartpole):
     assert 1 <= random_env.reset()["step_count"].item() <= 3
 
 
-def test_noop_reset_refuses_partial_resets():
+def test_noop_reset_refuses_batched_parents_and_bad_counts():
     env = TransformedEnv(CountingEnv(max_steps=100, batch_size=(2,)), NoopResetEnv(2, random=False))
-    td = env.reset()
-    td["_reset"] = torch.tensor([[True], [False]])
-    with pytest.raises(ValueError, match="partial resets"):
-        env.reset(td)
+    with pytest.raises(ValueError, match="batch-size is non-null"):
+        env.reset()
     with pytest.raises(ValueError, match="noops"):
-        NoopResetEnv(0)
+        NoopResetEnv(-1)
+    with pytest.raises(TypeError, match="noops"):
+        NoopResetEnv(2.0)
+
+
+def test_noop_reset_zero_noops_and_limits():
+    env = TransformedEnv(CountingEnv(max_steps=3), Compose(StepCounter(), NoopResetEnv(0)))
+    assert env.reset()["step_count"].item() == 0
+    done_too_soon = TransformedEnv(CountingEnv(max_steps=3), NoopResetEnv(4, random=False))
+    with pytest.raises(RuntimeError, match="done within 4 random steps"):
+        done_too_soon.reset()
+
+
+def test_noop_reset_needs_a_parent_but_passes_data_through():
+    td = TensorDict({"a": torch.ones(2)}, [2])
+    assert NoopResetEnv()(td) is td
+    with pytest.raises(RuntimeError, match="NoopResetEnv.parent not found"):
+        NoopResetEnv()._reset(td, td.empty())
 
 
 # ---------------------------------------------------------------- frame skip
@@ -143,8 +174,16 @@ def test_frame_skip_stateless_env_uses_fresh_state():
     td["action"] = torch.ones(1)
     twice = plain.step(plain.step(td.clone())["next"].set("action", torch.ones(1)))
     assert torch.allclose(env.step(td)["next", "th"], twice["next", "th"])
-    with pytest.raises(ValueError, match="frame_skip"):
+    with pytest.raises(ValueError, match="frame_skip should have a value greater or equal to one"):
         FrameSkipTransform(0)
+
+
+def test_frame_skip_needs_an_env():
+    td = TensorDict({"next": {}}, [])
+    with pytest.raises(RuntimeError, match="parent not found for FrameSkipTransform"):
+        Compose(FrameSkipTransform(2))._step(td, td.get("next"))
+    with pytest.raises(RuntimeError, match="can only be used when appended to a transformed env"):
+        FrameSkipTransform(2)(td)
 
 
 # ------------------------------------------------------------- end of life
@@ -177,6 +216,11 @@ def test_end_of_life_flags_lost_lives():
     assert rollout["next", "end-of-life"].squeeze(-1).tolist() == [False, False, True, False, False]
     with pytest.raises(AttributeError, match="simulator"):
         TransformedEnv(CountingEnv(), EndOfLifeTransform()).reset()
+    alone = EndOfLifeTransform()
+    with pytest.raises(RuntimeError, match="parent not found for"):
+        Compose(alone)._step(TensorDict(), TensorDict({"done": torch.zeros(1, dtype=torch.bool)}))
+    with pytest.raises(RuntimeError, match="forward method of .*EndOfLifeTransform"):
+        alone(TensorDict())
 
 
 # --------------------------------------------------------------- auto reset
@@ -245,3 +289,8 @@ def test_conditional_skip_validation():
     env = TransformedEnv(CountingEnv(), ConditionalSkip(lambda td: torch.ones(1)))
     with pytest.raises(TypeError, match="boolean"):
         env.rand_step(env.reset())
+    skip = ConditionalSkip(lambda td: torch.zeros(td.shape, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="outside an env"):
+        skip(TensorDict())
+    # the inverse path alone writes the step mask (the complement of the condition)
+    assert skip._inv_call(TensorDict(batch_size=(2, 3)))["_step"].all()

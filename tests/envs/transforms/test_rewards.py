@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data import Bounded, LazyTensorStorage, ReplayBuffer, Unbounded
+from tdrl.data import Bounded, Categorical, Composite, LazyTensorStorage, ReplayBuffer, Unbounded
 from tdrl.envs import (
     BinarizeReward,
     ClipTransform,
@@ -15,6 +15,7 @@ from tdrl.envs import (
     LineariseReward,
     LineariseRewards,
     PendulumEnv,
+    RenameTransform,
     Reward2GoTransform,
     RewardClipping,
     RewardScaling,
@@ -22,6 +23,7 @@ from tdrl.envs import (
     SerialEnv,
     SignTransform,
     StepCounter,
+    SuccessReward,
     TargetReturn,
     TransformedEnv,
     check_env_specs,
@@ -113,7 +115,8 @@ def test_binarize_reward_on_gym(pendulum):
     assert rollout["next", "reward"].dtype == torch.int64
     assert set(rollout["next", "reward"].reshape(-1).tolist()) <= {0, 1}
     td = BinarizeReward()(TensorDict({"reward": torch.tensor([[0.0], [-2.0], [0.5]])}, [3]))
-    assert td["reward"].reshape(-1).tolist() == [0, 1, 1]
+    # positive rewards map to 1, zero and negative ones to 0
+    assert td["reward"].reshape(-1).tolist() == [0, 0, 1]
 
 
 def test_sign_transform_outputs_and_inverse(pendulum):
@@ -155,28 +158,94 @@ def test_clip_transform_outputs_and_inputs(pendulum):
 def test_linearise_reward():
     assert LineariseRewards is LineariseReward
     t = LineariseReward(in_keys=["reward"], weights=[2.0, -1.0])
-    spec = t._spec(Bounded(torch.tensor([0.0, -1.0]), torch.tensor([1.0, 3.0]), (2,)))
-    assert spec.shape == () and spec.low.item() == -3.0 and spec.high.item() == 3.0
+    spec = t.transform_reward_spec(
+        Bounded(torch.tensor([0.0, -1.0]), torch.tensor([1.0, 3.0]), (2,))
+    )
+    assert spec.shape == (1,) and spec.low.item() == -3.0 and spec.high.item() == 3.0
+    assert t._apply_transform(torch.tensor([[1.0, 1.0]])).tolist() == [[1.0]]
     with pytest.raises(ValueError, match="objectives"):
-        t._spec(Unbounded((3,)))
-    with pytest.raises(ValueError, match="1-d"):
+        t.transform_reward_spec(Unbounded((3,)))
+    with pytest.raises(ValueError, match="Expected weights to be a unidimensional tensor"):
         LineariseReward(in_keys=["reward"], weights=[[1.0]])
+    with pytest.raises(NotImplementedError, match="discrete values"):
+        LineariseReward(in_keys=["reward"]).transform_reward_spec(Categorical(2))
+
+
+def test_linearise_reward_maps_each_entry_of_a_composite():
+    spec = Composite(
+        a=Composite(reward=Bounded(0.0, 1.0, (3,))),
+        b=Composite(reward=Unbounded((2,))),
+        other=Unbounded((4,)),
+    )
+    out = LineariseReward(in_keys=[("a", "reward"), ("b", "reward")]).transform_reward_spec(spec)
+    assert out["a", "reward"] == Bounded(0.0, 3.0, (1,))
+    assert out["b", "reward"] == Unbounded((1,))
+    assert out["other"] == Unbounded((4,))
 
 
 def test_linearise_reward_on_gym(pendulum):
     env = TransformedEnv(pendulum, LineariseReward(in_keys=["reward"], weights=[3.0]))
     check_env_specs(env)
-    assert env.reward_spec.shape == ()
+    assert env.reward_spec.shape == (1,)
     raw = GymEnv("Pendulum-v1")
     raw.set_seed(0)
     pendulum.set_seed(0)
     torch.manual_seed(0)
     rollout = env.rollout(4)
     torch.manual_seed(0)
-    expected = raw.rollout(4)["next", "reward"].squeeze(-1) * 3
-    assert rollout["next", "reward"].shape == (4,)
+    expected = raw.rollout(4)["next", "reward"] * 3
+    assert rollout["next", "reward"].shape == (4, 1)
     assert torch.allclose(rollout["next", "reward"], expected)
     raw.close()
+
+
+def test_linearise_reward_output_can_feed_another_reward_transform():
+    class TwoObjectives(CountingEnv):
+        def __init__(self):
+            super().__init__(max_steps=100)
+            self.reward_spec = Unbounded((2,))
+
+        def _step(self, tensordict):
+            out = super()._step(tensordict)
+            return out.set("reward", torch.tensor([1.0, 2.0]))
+
+    chain = Compose(
+        LineariseReward(in_keys=["reward"], out_keys=[("nested", "scalar")], weights=[1.0, 3.0]),
+        RewardScaling(loc=0.0, scale=2.0, in_keys=[("nested", "scalar")]),
+    )
+    env = TransformedEnv(TwoObjectives(), chain)
+    check_env_specs(env)
+    assert ("nested", "scalar") in env.reward_keys
+    assert env.rollout(2)["next", "nested", "scalar"].reshape(-1).tolist() == [14.0, 14.0]
+
+
+def test_success_reward_replaces_the_reward_on_success():
+    env = TransformedEnv(
+        CountingEnv(max_steps=3),
+        Compose(
+            RenameTransform(in_keys=["done"], out_keys=["success"], create_copy=True),
+            SuccessReward(scale=2.0),
+        ),
+    )
+    check_env_specs(env)
+    assert env.reward_spec == Bounded(0.0, 2.0, (1,))
+    assert "reward" not in env.reset().keys()
+    rollout = env.rollout(10)
+    assert rollout["next", "reward"].reshape(-1).tolist() == [0.0, 0.0, 2.0]
+    sample = SuccessReward(("next", "ok"), ("next", "r"), scale=-1.0)(
+        TensorDict({"next": {"ok": torch.tensor([True, False])}}, [2])
+    )
+    assert sample["next", "r"].tolist() == [-1.0, 0.0]
+
+
+def test_success_reward_spec_without_env():
+    t = SuccessReward(scale=3.0)
+    out = t.transform_reward_spec(Composite(reward=Unbounded((4, 1)), shape=(4,)))
+    assert out["reward"] == Bounded(0.0, 3.0, (4, 1))
+    with pytest.raises(RuntimeError, match="could not infer"):
+        t.transform_reward_spec(Composite(shape=()))
+    with pytest.raises(TypeError, match="scale"):
+        SuccessReward(scale="2")
 
 
 # ----------------------------------------------------------------- RewardSum
@@ -303,16 +372,49 @@ def test_reward_sum_forward_on_rollout_data(cartpole):
     env = TransformedEnv(cartpole, Compose(StepCounter(max_steps=3), RewardSum()))
     rollout = env.rollout(8, break_when_any_done=False)
     data = rollout.exclude("episode_reward", ("next", "episode_reward"))
-    out = RewardSum()(data)
+    t = RewardSum(in_keys=[("next", "reward")], out_keys=[("next", "episode_reward")])
+    out = t(data)
     assert torch.equal(out["next", "episode_reward"], rollout["next", "episode_reward"])
-    assert torch.equal(out["episode_reward"], rollout["episode_reward"])
+    # rewards are read where in_keys say, never looked up under "next"
+    with pytest.raises(KeyError, match="reward"):
+        RewardSum()(rollout.exclude("episode_reward", ("next", "episode_reward")))
     flat = RewardSum()(TensorDict({"reward": torch.tensor([1.0, 2.0, 3.0])}, [3]))
     assert flat["episode_reward"].tolist() == [1.0, 3.0, 6.0]
     done = torch.tensor([False, True, False])
     flat = RewardSum()(TensorDict({"reward": torch.tensor([1.0, 2.0, 3.0]), "done": done}, [3]))
     assert flat["episode_reward"].tolist() == [1.0, 3.0, 3.0]
-    with pytest.raises(ValueError, match="time dimension"):
+    with pytest.raises(ValueError, match="At least one dimension of the tensordict"):
         RewardSum()(TensorDict({"reward": torch.ones(1)}, []))
+
+
+def test_reward_sum_in_the_reward_spec_accumulates_over_a_rollout(pendulum):
+    env = TransformedEnv(pendulum, RewardSum(out_keys=["ret"], reward_spec=True))
+    assert "ret" in env.reward_keys and "ret" not in env.observation_spec.keys()
+    rollout = env.rollout(4)
+    assert torch.allclose(rollout["next", "ret"], rollout["next", "reward"].cumsum(0))
+
+
+def test_reward_sum_reset_keys_are_matched_with_the_env_at_reset():
+    with pytest.raises(ValueError, match="same number of input and output keys"):
+        RewardSum(in_keys=["a", "b"], out_keys=["c"])
+    env = TransformedEnv(CountingEnv(), RewardSum(reset_keys=[("some", "reset")]))
+    with pytest.raises(ValueError, match="Could not match the env reset_keys"):
+        env.reset()
+    env = TransformedEnv(CountingEnv(), RewardSum(reset_keys=["_reset"]))
+    assert env.transform.reset_keys == ["_reset"]
+    assert env.reset()["episode_reward"].tolist() == [0.0]
+
+
+def test_reward_sum_standalone_reset_needs_reset_keys():
+    td = TensorDict(
+        {"_reset": torch.tensor([True, False]), "episode_reward": torch.tensor([3.0, 4.0])}, [2]
+    )
+    with pytest.raises(TypeError, match="reset_keys not provided"):
+        RewardSum()._reset(td, td.empty())
+    out = RewardSum(reset_keys=["_reset"])._reset(td, td.empty())
+    assert out["episode_reward"].tolist() == [0.0, 4.0]
+    with pytest.raises(ValueError, match=r"Could not match the env reset_keys \['_reset'\]"):
+        RewardSum(in_keys=["a", "b"], reset_keys=["_reset"])._reset(td, td.empty())
 
 
 # -------------------------------------------------------------- TargetReturn
@@ -323,7 +425,8 @@ def test_target_return_reduce_and_constant(cartpole):
     assert rollout["target_return"].squeeze(-1).tolist() == [5, 4, 3, 5, 4]
     assert rollout["next", "target_return"].squeeze(-1).tolist() == [4, 3, 2, 4, 3]
     data = rollout.exclude("target_return", ("next", "target_return"))
-    assert torch.equal(TargetReturn(5.0)(data)["target_return"], rollout["target_return"])
+    with pytest.raises(NotImplementedError, match="cannot be executed without a parent"):
+        TargetReturn(5.0)(data)
     env = TransformedEnv(GymEnv("CartPole-v1"), TargetReturn(2.0, mode="constant"))
     assert env.rollout(3)["next", "target_return"].squeeze(-1).tolist() == [2.0, 2.0, 2.0]
     with pytest.raises(ValueError, match="mode"):
@@ -359,10 +462,19 @@ def _reference_to_go(reward, done, gamma):
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_reward_to_go_matches_reference(gamma):
     data = _trajectories()
-    out = Reward2GoTransform(gamma, out_keys=[("next", "r2g")])(data.clone())
+    out = Reward2GoTransform(gamma, out_keys=[("next", "r2g")]).inv(data)
     expected = _reference_to_go(data["next", "reward"], data["next", "done"], gamma)
     assert torch.allclose(out["next", "r2g"], expected)
     assert torch.equal(out["next", "reward"], data["next", "reward"])
+    assert ("next", "r2g") not in data.keys(True)
+
+
+def test_reward_to_go_forward_leaves_samples_unchanged():
+    data = _trajectories()
+    out = Reward2GoTransform(0.9, out_keys=["r2g"])(data.clone())
+    assert (out == data).all()
+    with pytest.raises(KeyError, match="Could not find the reward entry"):
+        Reward2GoTransform(0.9).inv(data.exclude(("next", "reward")))
 
 
 def test_reward_to_go_long_trajectory_and_truncation():
@@ -372,7 +484,7 @@ def test_reward_to_go_long_trajectory_and_truncation():
     truncated = torch.zeros_like(done)
     truncated[0, 150] = True
     data = TensorDict({"next": {"reward": reward, "done": done, "truncated": truncated}}, [1, 300])
-    out = Reward2GoTransform(0.99)(data.clone())
+    out = Reward2GoTransform(0.99).inv(data)
     expected = _reference_to_go(reward, done | truncated, 0.99)
     assert torch.allclose(out["next", "reward"], expected, atol=1e-4)
 
@@ -387,10 +499,17 @@ def test_reward_to_go_on_replay_buffer_extend_and_sample():
     stored = rb[:]
     assert stored["next", "reward_to_go"].squeeze(-1).tolist() == [1.0, 1.0, 5.0, 3.0]
     assert "reward_to_go" not in data["next"].keys()
+    assert rb.sample(3)["next", "reward_to_go"].shape == (3, 1)
 
 
 def test_reward_to_go_refuses_envs(cartpole):
-    with pytest.raises(ValueError, match="cannot be part of an environment"):
+    with pytest.raises(ValueError, match=Reward2GoTransform.ENV_ERR):
         TransformedEnv(cartpole, Reward2GoTransform())
+    env = TransformedEnv(CountingEnv())
+    with pytest.raises(ValueError, match=Reward2GoTransform.ENV_ERR):
+        env.append_transform(Compose(Reward2GoTransform()))
+    # the refused transform is not left in the chain
+    assert len(env.transform) == 0
+    check_env_specs(env)
     with pytest.raises(ValueError, match="gamma"):
         Reward2GoTransform(gamma=1.5)

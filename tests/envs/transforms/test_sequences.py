@@ -63,6 +63,9 @@ def test_random_crop_errors():
     td = TensorDict({"t": torch.zeros(3)}, [3])
     with pytest.raises(ValueError, match="at least 5 steps"):
         RandomCropTensorDict(5)(td)
+    # code written for the reference API catches the same error as a RuntimeError
+    with pytest.raises(RuntimeError, match="Cannot sample trajectories of length 5"):
+        RandomCropTensorDict(5)(td)
     with pytest.raises(ValueError, match="positive"):
         RandomCropTensorDict(0)
     with pytest.raises(ValueError, match="batch size"):

@@ -183,12 +183,12 @@ def test_cloned_transforms_share_buffers():
     assert isinstance(last_two, Compose) and last_two.parent is None
     assert last_two[0] is not env.transform[1] and isinstance(last_two[0], Scale)
     assert last_two[0].factor is env.transform[1].factor
-    assert last_two[1]._traj_count is env.transform[2]._traj_count
+    assert last_two[1].__dict__["_counter"] is env.transform[2].__dict__["_counter"]
     third = env.transform[2]
     assert third.parent is not None
     clone = third.clone()
     assert clone.parent is None and clone.container is None
-    assert clone._traj_count is third._traj_count
+    assert clone.__dict__["_counter"] is third.__dict__["_counter"]
 
 
 def test_transform_with_parent_refuses_second_env():
