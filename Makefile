@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tdrl-installed
-# the same environment with the oldest supported tensordict (requirements/lock-min.txt)
+# The same environment with the oldest supported tensordict (requirements/lock-min.txt): a venv
+# whose own site-packages hold only the pins of lock-min.txt and that reads every other package
+# from .venv (a .pth file adds .venv's site-packages after its own), so the backends are not
+# installed twice and the old tensordict shadows the locked one.
 MIN_VENV := .venv-min
 MIN_STAMP := $(MIN_VENV)/.tdrl-installed
 
@@ -17,11 +20,12 @@ $(STAMP): requirements/lock.txt requirements/backends-*.txt pyproject.toml
 
 setup: $(STAMP)
 
-$(MIN_STAMP): requirements/lock.txt requirements/backends-*.txt requirements/lock-min.txt pyproject.toml
-	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock.txt
-	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements/lock-min.txt
-	$(MIN_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+$(MIN_STAMP): $(STAMP) requirements/lock-min.txt
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --no-deps --ignore-installed -r requirements/lock-min.txt
+	$(MIN_VENV)/bin/python requirements/overlay_venv.py $(VENV)
+	$(MIN_VENV)/bin/python requirements/overlay_venv.py --check
 	@touch $(MIN_STAMP)
 
 lint: setup
