@@ -11,4 +11,7 @@ from tdrl.data.replay_buffers import *  # noqa: F403
 from tdrl.data.specs import *  # noqa: F403
 from tdrl.data.ted import *  # noqa: F403
 
+#: The reference API's module path for specs (``tdrl.data.tensor_specs``) is the specs package.
+tensor_specs = _specs
+
 __all__ = [*_specs.__all__, *_replay_buffers.__all__, *_ted.__all__, *_postprocs.__all__]

@@ -100,10 +100,13 @@ def test_stacked_composite_along_a_later_dim():
 
 
 def test_stacked_leaf_errors_and_projection():
-    with pytest.raises(TypeError, match="dtype"):
+    # incompatible elements raise an error that is a ValueError and a RuntimeError
+    with pytest.raises(ValueError, match="Dtypes differ: Stacked element 1 has dtype torch.int64"):
         Stacked(Unbounded((2,)), Unbounded((2,), dtype=torch.int64))
-    with pytest.raises(ValueError, match="dims"):
+    with pytest.raises(RuntimeError, match="Ndims differ: Stacked element 1 has shape"):
         Stacked(Unbounded((2,)), Unbounded((2, 1)))
+    with pytest.raises(RuntimeError, match="more than one type of specs"):
+        torch.stack([Bounded(0.0, 1.0, shape=(2,)), Unbounded((2,))])
     spec = torch.stack([Bounded(0.0, 1.0, shape=(2,)), Bounded(2.0, 3.0, shape=(2,))])
     assert LazyStackedTensorSpec is Stacked
     projected = spec.project(torch.zeros(4, 2, 2))

@@ -1,6 +1,19 @@
-"""TensorSpec family: leaf specs, composites, stacked specs and legacy aliases."""
+"""TensorSpec family: leaf specs, composites, stacked specs and legacy aliases.
+
+The package is also importable as ``tdrl.data.tensor_specs``, the module path that code
+written for the reference API imports specs from.
+
+``_CHECK_SPEC_ENCODE`` is a debug switch: when true, ``encode`` checks that the value it
+produced is in the spec and ``to_numpy`` (without an explicit ``safe``) checks its input;
+either raises an error that is both a ValueError / TypeError and an AssertionError. It is
+off by default (checks cost time on every env step) and can be turned on for a process
+with the environment variable ``TDRL_CHECK_SPEC_ENCODE=1``.
+"""
 
 from __future__ import annotations
+
+import os
+import sys
 
 from tdrl.data.specs.aliases import (
     BinaryDiscreteTensorSpec,
@@ -18,6 +31,7 @@ from tdrl.data.specs.aliases import (
 )
 from tdrl.data.specs.base import DEVICE_TYPING, TensorSpec
 from tdrl.data.specs.categorical import Binary, Categorical, OneHot
+from tdrl.data.specs.choice import Choice
 from tdrl.data.specs.composite import Composite
 from tdrl.data.specs.continuous import (
     Bounded,
@@ -38,6 +52,9 @@ from tdrl.data.specs.utils import (
     make_composite_from_td,
 )
 
+#: Debug switch for value checks in ``encode`` / ``to_numpy`` (read at call time).
+_CHECK_SPEC_ENCODE: bool = os.environ.get("TDRL_CHECK_SPEC_ENCODE", "0") == "1"
+
 __all__ = [
     "DEVICE_TYPING",
     "Binary",
@@ -50,6 +67,7 @@ __all__ = [
     "BoxList",
     "Categorical",
     "CategoricalBox",
+    "Choice",
     "Composite",
     "CompositeSpec",
     "ContinuousBox",
@@ -78,3 +96,6 @@ __all__ = [
     "make_composite_from_td",
     "stack_specs",
 ]
+
+# the reference API's module path for specs is the same module
+sys.modules.setdefault("tdrl.data.tensor_specs", sys.modules[__name__])

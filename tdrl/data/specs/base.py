@@ -1,9 +1,10 @@
-"""The :class:`TensorSpec` base class and the shape helpers every spec shares.
+"""The :class:`TensorSpec` base class: what every spec shares.
 
 A spec describes one entry of a TensorDict: its shape (leading batch dims included),
 dtype, device and the set of values it may take. Leaf specs subclass :class:`TensorSpec`
-and implement a handful of hooks (``_rand``, ``_in_domain``, ``_project``); everything
-shape-related (expand, index, squeeze, unsqueeze, reshape, clone, to) is shared here.
+and implement a handful of hooks (``_rand``, ``_in_domain``, ``_project``, ``_to_tensor``);
+everything shape-related (expand, index, squeeze, unsqueeze, reshape, clone, to) is shared
+here.
 
 A ``-1`` in a shape marks a *dynamic* dim: any size is accepted there by :meth:`is_in`,
 and :meth:`rand` / :meth:`zero` / :meth:`one` use size 1 for it.
@@ -12,163 +13,70 @@ and :meth:`rand` / :meth:`zero` / :meth:`one` use size 1 for it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from tdrl.data.specs.errors import (
+    MSG_DTYPE,
+    MSG_SHAPE,
+    SpecEncodeShapeError,
+    SpecTypeError,
+    SpecValueError,
+    _at,
+)
+from tdrl.data.specs.shapes import (
+    DEVICE_TYPING,
+    ShapeLike,
+    _as_device,
+    _as_shape,
+    _ends_with,
+    _expand_target,
+    _extra_shape,
+    _index_tensor,
+    _indexed_shape,
+    _normalize_index,
+    _safe_shape,
+    _shape_matches,
+)
+
 __all__ = ["DEVICE_TYPING", "TensorSpec"]
-
-DEVICE_TYPING = torch.device | str | int
-
-ShapeLike = int | Sequence[int] | torch.Size
 
 #: torch functions (``torch.stack``...) that specs implement, filled by the modules that define them.
 _TORCH_HANDLERS: dict[Callable, Callable] = {}
 
-_NUMPY_TO_TORCH = {
-    np.dtype(np.bool_): torch.bool,
-    np.dtype(np.uint8): torch.uint8,
-    np.dtype(np.int8): torch.int8,
-    np.dtype(np.int16): torch.int16,
-    np.dtype(np.int32): torch.int32,
-    np.dtype(np.int64): torch.int64,
-    np.dtype(np.float16): torch.float16,
-    np.dtype(np.float32): torch.float32,
-    np.dtype(np.float64): torch.float64,
-    np.dtype(np.complex64): torch.complex64,
-    np.dtype(np.complex128): torch.complex128,
-}
-
-MSG_SHAPE = "{where}: expected shape {expected}, got {got}"
-MSG_DTYPE = "{where}: expected dtype {expected}, got {got}"
+#: The spec package: its ``_CHECK_SPEC_ENCODE`` flag turns on value checks in encode / to_numpy.
+_PACKAGE = sys.modules[__package__]
 
 
-def _at(what: str, key: Any) -> str:
-    """``"what at key 'k'"``, or just ``what`` for a spec checked on its own."""
-    return what if key is None else f"{what} at key {key!r}"
+def _checks_on() -> bool:
+    return _PACKAGE._CHECK_SPEC_ENCODE
 
 
-def _as_shape(shape: ShapeLike | None, name: str = "shape") -> torch.Size | None:
-    """Normalise an int / sequence / Size to a ``torch.Size`` (``None`` stays ``None``)."""
-    if shape is None:
+def _fit_plan(got: torch.Size, expected: torch.Size) -> Callable | None:
+    """How to give a value of shape ``got`` the spec's shape ``expected``.
+
+    Returns ``None`` when nothing is needed, a callable otherwise. Only singleton dims may
+    be added or removed (a scalar reward for a ``(1,)`` spec); any other difference raises.
+    """
+    if _shape_matches(got, expected):
         return None
-    if isinstance(shape, torch.Size):
-        dims = tuple(shape)
-    elif isinstance(shape, (int, np.integer)):
-        dims = (int(shape),)
-    else:
-        try:
-            dims = tuple(int(d) for d in shape)
-        except TypeError as err:
-            raise TypeError(f"{name} must be an int or a sequence of ints, got {shape!r}") from err
-    for dim in dims:
-        if dim < -1:
-            raise ValueError(f"{name} dims must be >= 0 or -1 (dynamic), got {tuple(dims)}")
-    return torch.Size(dims)
-
-
-def _as_device(device: DEVICE_TYPING | None) -> torch.device:
-    """Normalise a device argument; ``None`` gives torch's default device."""
-    if device is None:
-        return torch.get_default_device()
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    return torch.device(device)
-
-
-def _as_dtype(dtype: Any, default: torch.dtype) -> torch.dtype:
-    """Accept a torch dtype, a numpy dtype / type or a dtype name."""
-    if dtype is None:
-        return default
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str) and hasattr(torch, dtype.removeprefix("torch.")):
-        candidate = getattr(torch, dtype.removeprefix("torch."))
-        if isinstance(candidate, torch.dtype):
-            return candidate
-    try:
-        return _NUMPY_TO_TORCH[np.dtype(dtype)]
-    except (TypeError, KeyError) as err:
-        raise TypeError(f"dtype must be a torch dtype, got {dtype!r}") from err
-
-
-def _safe_shape(shape: torch.Size) -> torch.Size:
-    """The shape with every dynamic ``-1`` dim replaced by 1."""
-    if -1 not in shape:
-        return shape
-    return torch.Size(1 if d == -1 else d for d in shape)
-
-
-def _shape_matches(got: Sequence[int], expected: Sequence[int]) -> bool:
-    """Whether ``got`` equals ``expected`` where ``-1`` in ``expected`` matches any size."""
-    if len(got) != len(expected):
-        return False
-    return all(e == g or e == -1 for g, e in zip(got, expected))
-
-
-def _ends_with(got: Sequence[int], expected: Sequence[int]) -> bool:
-    """Whether ``got`` ends with ``expected`` (``-1`` in ``expected`` matches any size)."""
-    if len(got) < len(expected):
-        return False
-    return _shape_matches(got[len(got) - len(expected) :], expected)
-
-
-def _normalize_index(index: Any, ndim: int) -> tuple:
-    """Turn an index into a tuple with any ``...`` spelled out for ``ndim`` batch dims."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    if any(item is Ellipsis for item in index):
-        position = next(i for i, item in enumerate(index) if item is Ellipsis)
-        used = sum(1 for item in index if item is not None and item is not Ellipsis)
-        fill = (slice(None),) * max(ndim - used, 0)
-        index = index[:position] + fill + index[position + 1 :]
-    return index
-
-
-def _indexed_shape(shape: torch.Size, index: tuple) -> torch.Size:
-    """Shape obtained by indexing a tensor of ``shape`` with ``index``."""
-    cpu_index = tuple(item.cpu() if isinstance(item, torch.Tensor) else item for item in index)
-    try:
-        return torch.empty(()).expand(_safe_shape(shape))[cpu_index].shape
-    except IndexError as err:
-        raise IndexError(
-            f"cannot index a spec with batch shape {tuple(shape)} by {index!r}: {err}"
-        ) from None
-
-
-def _expand_target(old: torch.Size, new: Sequence[int], event_ndim: int) -> torch.Size:
-    """Validate an expand request and return the resulting shape (``-1`` keeps a dim)."""
-    new = tuple(new)
-    if len(new) < len(old):
-        raise ValueError(
-            f"cannot expand a spec of shape {tuple(old)} to {new}: "
-            "the new shape must have at least as many dims"
-        )
-    lead = len(new) - len(old)
-    result = list(new[:lead])
-    for i, (old_dim, new_dim) in enumerate(zip(old, new[lead:])):
-        is_event = i >= len(old) - event_ndim
-        if new_dim == -1 or new_dim == old_dim:
-            result.append(old_dim)
-        elif old_dim == 1 and not is_event:
-            result.append(new_dim)
-        else:
-            raise ValueError(
-                f"cannot expand a spec of shape {tuple(old)} to {new}: "
-                f"dim {lead + i} has size {old_dim}, got {new_dim}"
-            )
-    if any(d < 0 for d in result[:lead]):
-        raise ValueError(f"cannot expand to {new}: new leading dims must be >= 0")
-    return torch.Size(result)
-
-
-def _extra_shape(shape: ShapeLike | None) -> torch.Size:
-    """The ``shape`` argument of rand/zero/one: extra leading dims."""
-    if shape is None:
-        return torch.Size()
-    return _as_shape(shape)
+    target = _safe_shape(expected)
+    if -1 not in expected and [d for d in got if d != 1] == [d for d in target if d != 1]:
+        return lambda value: value.reshape(target)
+    numel, expected_numel = int(np.prod(got)), int(np.prod(target))
+    detail = (
+        f" (shape {tuple(expected)} is invalid for input of size {numel})"
+        if numel != expected_numel
+        else " (only singleton dims can be added or removed)"
+    )
+    raise SpecEncodeShapeError(
+        f"Shape mismatch: cannot encode a value of shape {tuple(got)} with a spec of shape "
+        f"{tuple(expected)}{detail}"
+    )
 
 
 class TensorSpec:
@@ -193,9 +101,11 @@ class TensorSpec:
     #: Identity used by ``==`` (aliases and thin subclasses compare equal to their base).
     _kind: ClassVar[str] = "tensor"
     #: Number of trailing dims that describe one value and cannot be indexed as batch dims.
-    _event_ndim: ClassVar[int] = 0
+    _event_ndim: int = 0
     #: Names of tensor attributes whose leading dims follow the spec's shape.
     _shaped_tensors: ClassVar[tuple[str, ...]] = ()
+    #: Memoized encoding plans (see :meth:`memoize_encode`); ``None`` when memoization is off.
+    _encode_memo: tuple | None = None
 
     shape: torch.Size
     device: torch.device
@@ -232,6 +142,10 @@ class TensorSpec:
         extra = _extra_shape(shape)
         return torch.Size((*extra, *_safe_shape(self.shape)))
 
+    def clear_device_(self) -> TensorSpec:
+        """Leaf specs always have a device: nothing to clear. Returns ``self``."""
+        return self
+
     # ------------------------------------------------------------------ sampling
     def _own_shape(self) -> torch.Size:
         """The spec's shape with dynamic dims set to 1, cached per ``shape`` object."""
@@ -254,6 +168,8 @@ class TensorSpec:
 
     def zero(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """An all-zero tensor of the spec's dtype and device, with ``shape`` extra leading dims."""
+        if shape is None:
+            return torch.zeros(self._own_shape(), dtype=self.dtype, device=self.device)
         return torch.zeros(self._full_shape(shape), dtype=self.dtype, device=self.device)
 
     def one(self, shape: ShapeLike | None = None) -> torch.Tensor:
@@ -272,21 +188,32 @@ class TensorSpec:
         """Alias of :meth:`rand`."""
         return self.rand(shape)
 
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """Every value one element of the spec can take, stacked along a new first dim.
+
+        Batch elements share the value: the result has shape ``(cardinality(), *shape)``.
+        Only discrete specs with a finite, reasonably small set of values support it.
+        """
+        raise RuntimeError(
+            f"Cannot enumerate a {type(self).__name__} spec with domain {self.domain!r}: "
+            "its values are not a finite set"
+        )
+
     # ------------------------------------------------------------------ membership
     def _mismatch(self, val: Any, key: Any = None) -> Exception | None:
         """The error describing why ``val`` is not in the spec, or ``None`` when it is."""
         where = _at("spec mismatch", key)
         if not isinstance(val, torch.Tensor):
-            return TypeError(f"{where}: expected a torch.Tensor, got {type(val).__name__}")
+            return SpecTypeError(f"{where}: expected a torch.Tensor, got {type(val).__name__}")
         if not _ends_with(val.shape, self.shape):
             expected = f"(*, {', '.join(str(d) for d in self.shape)})" if self.shape else "(*)"
-            return ValueError(
+            return SpecValueError(
                 MSG_SHAPE.format(where=where, expected=expected, got=tuple(val.shape))
             )
         if val.dtype != self.dtype:
-            return TypeError(MSG_DTYPE.format(where=where, expected=self.dtype, got=val.dtype))
+            return SpecTypeError(MSG_DTYPE.format(where=where, expected=self.dtype, got=val.dtype))
         if not self._in_domain(val):
-            return ValueError(f"{where}: value out of the spec's domain ({self!r})")
+            return SpecValueError(f"{where}: value out of the spec's domain ({self!r})")
         return None
 
     def _in_domain(self, val: torch.Tensor) -> bool:
@@ -306,7 +233,12 @@ class TensorSpec:
         return self.is_in(val)
 
     def assert_is_in(self, val: Any, key: Any = None) -> None:
-        """Raise a ValueError / TypeError naming what differs when ``val`` is not in the spec."""
+        """Raise an error naming what differs when ``val`` is not in the spec.
+
+        The error is a :class:`~tdrl.data.specs.errors.SpecValueError` (shape, domain) or
+        :class:`~tdrl.data.specs.errors.SpecTypeError` (type, dtype); both are also
+        ``AssertionError``.
+        """
         error = self._mismatch(val, key)
         if error is not None:
             raise error
@@ -315,9 +247,9 @@ class TensorSpec:
         """Raise a TypeError when ``value`` is not a tensor of the spec's dtype."""
         where = _at("type mismatch", key)
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{where}: expected a torch.Tensor, got {type(value).__name__}")
+            raise SpecTypeError(f"{where}: expected a torch.Tensor, got {type(value).__name__}")
         if value.dtype != self.dtype:
-            raise TypeError(MSG_DTYPE.format(where=where, expected=self.dtype, got=value.dtype))
+            raise SpecTypeError(MSG_DTYPE.format(where=where, expected=self.dtype, got=value.dtype))
 
     # ------------------------------------------------------------------ conversion
     def project(self, val: torch.Tensor) -> torch.Tensor:
@@ -340,40 +272,116 @@ class TensorSpec:
     def _project(self, val: torch.Tensor) -> torch.Tensor:
         return val.to(self.dtype)
 
-    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
-        """Convert a numpy array / python value to a tensor of the spec's dtype and device.
-
-        A value missing a trailing singleton dim of the spec (e.g. a scalar reward for a
-        ``(1,)`` spec) gets it added.
-        """
-        device = None if ignore_device else self.device
+    def _to_tensor(self, val: Any, device: torch.device | None) -> torch.Tensor:
+        """``val`` (tensor, numpy array, python value) as a tensor of the spec's dtype."""
         if isinstance(val, torch.Tensor):
-            out = val.to(device=device, dtype=self.dtype) if device else val.to(dtype=self.dtype)
-        else:
-            if isinstance(val, np.ndarray) and not val.flags.writeable:
-                val = val.copy()
-            out = torch.as_tensor(val, dtype=self.dtype, device=device)
-        return self._fix_encoded_shape(out)
+            return val.to(device=device, dtype=self.dtype) if device else val.to(self.dtype)
+        if isinstance(val, np.ndarray) and not val.flags.writeable:
+            val = val.copy()
+        return torch.as_tensor(val, dtype=self.dtype, device=device)
 
-    def _fix_encoded_shape(self, out: torch.Tensor) -> torch.Tensor:
-        shape = self.shape
-        if shape and not _ends_with(out.shape, shape) and shape[-1] == 1:
-            if _ends_with(out.shape, shape[:-1]):
-                out = out.unsqueeze(-1)
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Convert a numpy array / python value to a tensor of the spec's dtype, device and shape.
+
+        The value must have the spec's shape, up to singleton dims (a scalar reward for a
+        ``(1,)`` spec gets its dim); anything else raises a
+        :class:`~tdrl.data.specs.errors.SpecEncodeShapeError` (a ValueError and a
+        RuntimeError). With ``ignore_device`` the result stays where torch puts it.
+        With memoized encoding on (:meth:`memoize_encode`), the conversion chosen for an
+        input type and shape is reused for the next inputs of the same type and shape.
+        """
+        memo = self._encode_memo
+        if memo is not None:
+            plan = self._memo_plan(memo, val, ignore_device)
+            if plan is not None:
+                out = plan(val)
+                if _checks_on():
+                    self._check_encoded(out)
+                return out
+        device = None if ignore_device else self.device
+        out = self._to_tensor(val, device)
+        fit = _fit_plan(out.shape, self.shape)
+        if fit is not None:
+            out = fit(out)
+        if memo is not None and isinstance(val, (torch.Tensor, np.ndarray)):
+            self._remember_plan(val, ignore_device, device, fit)
+        if _checks_on():
+            self._check_encoded(out)
         return out
 
+    def _check_encoded(self, out: torch.Tensor) -> None:
+        error = self._mismatch(out)
+        if error is not None:
+            raise type(error)(f"encode produced a value outside the spec: {error}")
+
+    # ------------------------------------------------------------------ memoized encoding
+    def memoize_encode(self, mode: bool = True) -> TensorSpec:
+        """Turn memoized encoding on (or off with ``mode=False``); returns ``self``.
+
+        With memoization on, :meth:`encode` remembers, per input type and shape, how it
+        converted the input (which conversion, which reshape) and replays it without
+        deciding again. A plan is dropped when the spec's shape, dtype or device changes;
+        :meth:`erase_memoize_cache` drops them all.
+        """
+        self._encode_memo = (None, {}) if mode else None
+        return self
+
+    def erase_memoize_cache(self) -> TensorSpec:
+        """Forget the memoized encoding plans (memoization stays on if it was); returns ``self``."""
+        if self._encode_memo is not None:
+            self._encode_memo = (None, {})
+        return self
+
+    def _memo_plan(self, memo: tuple, val: Any, ignore_device: bool) -> Callable | None:
+        signature, plans = memo
+        if (
+            signature is None
+            or signature[0] is not self.shape
+            or signature[1] is not self.dtype
+            or signature[2] is not self.device
+        ):
+            return None
+        return plans.get((type(val), getattr(val, "shape", None), ignore_device))
+
+    def _remember_plan(
+        self, val: Any, ignore_device: bool, device: torch.device | None, fit: Callable | None
+    ) -> None:
+        signature, plans = self._encode_memo
+        current = (self.shape, self.dtype, self.device)
+        if signature is None or any(a is not b for a, b in zip(signature, current)):
+            plans = {}
+            self._encode_memo = (current, plans)
+        convert = self._to_tensor
+
+        def plan(value: Any) -> torch.Tensor:
+            out = convert(value, device)
+            return out if fit is None else fit(out)
+
+        plans[(type(val), tuple(val.shape), ignore_device)] = plan
+
     def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> np.ndarray:
-        """Convert ``val`` to a numpy array (``safe=True`` checks it is in the spec first)."""
-        if safe:
+        """Convert ``val`` to a numpy array.
+
+        ``safe=True`` checks that ``val`` is in the spec first (``None`` follows the
+        ``_CHECK_SPEC_ENCODE`` debug flag of :mod:`tdrl.data.specs`).
+        """
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         return val.detach().cpu().numpy()
 
     # ------------------------------------------------------------------ shape ops
+    def _copy(self) -> TensorSpec:
+        """A shallow copy with its own memoized-encoding cache."""
+        out = copy.copy(self)
+        if out._encode_memo is not None:
+            out._encode_memo = (None, {})
+        return out
+
     def _with_shape(
         self, shape: torch.Size, fn: Callable[[torch.Tensor], torch.Tensor]
     ) -> TensorSpec:
         """A shallow copy with a new shape; ``fn`` maps each shaped tensor attribute."""
-        out = copy.copy(self)
+        out = self._copy()
         out.shape = torch.Size(shape)
         for name in self._shaped_tensors:
             value = getattr(self, name)
@@ -395,21 +403,20 @@ class TensorSpec:
         return self._with_shape(new_shape, _expand)
 
     def unsqueeze(self, dim: int) -> TensorSpec:
-        """A spec with a singleton dim inserted at ``dim`` (among the batch dims).
+        """A spec with a singleton dim inserted at ``dim``.
 
-        A position inside the value dims is accepted when the value dims before it
-        are singletons: the result is the same as inserting before the value dims.
+        The new dim must fall among the batch dims, or after value dims of size 1 only
+        (inserting a 1 after a size-1 dim is the same as inserting it before).
         """
         ndim = self.ndim
         pos = dim + ndim + 1 if dim < 0 else dim
-        if self._batch_ndim < pos <= ndim and all(
-            size == 1 for size in self.shape[self._batch_ndim : pos]
-        ):
-            pos = self._batch_ndim
-        if not 0 <= pos <= self._batch_ndim:
+        batch_ndim = self._batch_ndim
+        if batch_ndim < pos <= ndim and all(d == 1 for d in self.shape[batch_ndim:pos]):
+            pos = batch_ndim
+        if not 0 <= pos <= batch_ndim:
             raise ValueError(
                 f"cannot unsqueeze {type(self).__name__} of shape {tuple(self.shape)} at dim {dim}: "
-                f"expected a dim in [{-ndim - 1}, {self._batch_ndim}] outside the value dims"
+                f"expected a dim in [{-ndim - 1}, {batch_ndim}] outside the value dims"
             )
         new_shape = torch.Size((*self.shape[:pos], 1, *self.shape[pos:]))
         return self._with_shape(new_shape, lambda t: t.unsqueeze(pos))
@@ -476,10 +483,33 @@ class TensorSpec:
 
         def _index(tensor: torch.Tensor) -> torch.Tensor:
             tail = tensor.shape[batch_ndim:]
-            full = tensor.expand(*_safe_shape(batch), *tail)
-            return full[index]
+            return _index_tensor(tensor.expand(*_safe_shape(batch), *tail), index)
 
         return self._with_shape(new_shape, _index)
+
+    def index_select(self, dim: int, index: torch.Tensor) -> TensorSpec:
+        """The spec of ``torch.index_select(value, dim, index)`` for values of this spec.
+
+        ``dim`` must be a batch dim; value dims (the categories of a one-hot vector...)
+        cannot be selected from.
+        """
+        pos = dim + self.ndim if dim < 0 else dim
+        if not 0 <= pos < self.ndim:
+            raise IndexError(
+                f"index_select: dim {dim} out of range for a spec of shape {tuple(self.shape)}"
+            )
+        if pos >= self._batch_ndim:
+            raise ValueError(
+                f"Cannot index_select along the last dimension(s) of {type(self).__name__} "
+                f"(dim {dim} of shape {tuple(self.shape)}): they hold one value, not batch elements"
+            )
+        index = torch.as_tensor(index)
+        if index.ndim != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise TypeError(
+                f"index_select: expected a 1-D integer index, got shape {tuple(index.shape)} "
+                f"and dtype {index.dtype}"
+            )
+        return self[(slice(None),) * pos + (index,)]
 
     def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
         """The specs of the slices along batch dim ``dim`` (like ``tensor.unbind``)."""
@@ -493,7 +523,7 @@ class TensorSpec:
 
     def clone(self) -> TensorSpec:
         """A deep copy: tensor attributes are cloned, so the copy can be changed on its own."""
-        out = copy.copy(self)
+        out = self._copy()
         for name in self._shaped_tensors:
             value = getattr(self, name)
             if value is not None:
@@ -505,12 +535,11 @@ class TensorSpec:
         if isinstance(dest, torch.dtype):
             if dest == self.dtype:
                 return self
-            out = self._cast_dtype(dest)
-            return out
+            return self._cast_dtype(dest)
         device = _as_device(dest)
         if device == self.device:
             return self
-        out = copy.copy(self)
+        out = self._copy()
         out.device = device
         for name in self._shaped_tensors:
             value = getattr(self, name)
@@ -519,7 +548,7 @@ class TensorSpec:
         return out
 
     def _cast_dtype(self, dtype: torch.dtype) -> TensorSpec:
-        out = copy.copy(self)
+        out = self._copy()
         out.dtype = dtype
         return out
 
@@ -553,11 +582,9 @@ class TensorSpec:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def cardinality(self) -> int:
-        """Number of distinct values one element of the spec can take."""
-        raise TypeError(
-            f"{type(self).__name__} with domain {self.domain!r} has no finite cardinality"
-        )
+    def cardinality(self) -> int | float:
+        """Number of distinct values one element of the spec can take (``inf`` when continuous)."""
+        return float("inf")
 
     def _repr_extra(self) -> str:
         return ""
@@ -585,31 +612,13 @@ class TensorSpec:
         return handler(*args, **(kwargs or {}))
 
 
-def _mask_or_none(
-    mask: Any, expected: torch.Size, device: torch.device, owner: str
-) -> torch.Tensor | None:
-    """Validate a boolean action mask of shape ``expected``."""
-    if mask is None:
-        return None
-    mask = torch.as_tensor(mask, device=device)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{owner} mask: expected dtype torch.bool, got {mask.dtype}")
-    if not _shape_matches(mask.shape, expected) and mask.shape != _safe_shape(expected):
-        try:
-            mask = mask.expand(_safe_shape(expected))
-        except RuntimeError:
-            raise ValueError(
-                f"{owner} mask: expected shape {tuple(expected)}, got {tuple(mask.shape)}"
-            ) from None
-    return mask
+def _index_select(
+    input: TensorSpec, dim: int, index: torch.Tensor, *, out: Any = None
+) -> TensorSpec:
+    """``torch.index_select`` on a spec: the spec of the selected values."""
+    if out is not None:
+        raise TypeError("index_select on a spec does not support out=")
+    return input.index_select(dim, index)
 
 
-def _check_n(n: Any, owner: str) -> int:
-    """Validate a number of categories."""
-    if isinstance(n, torch.Tensor):
-        n = n.item()
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
-        raise TypeError(f"{owner}: n must be an int, got {type(n).__name__}")
-    if n <= 0:
-        raise ValueError(f"{owner}: n must be > 0, got {n}")
-    return int(n)
+_TORCH_HANDLERS[torch.index_select] = _index_select

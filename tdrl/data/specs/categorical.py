@@ -7,18 +7,64 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdrl.data.specs.base import (
+from tdrl.data.specs.base import TensorSpec, _checks_on
+from tdrl.data.specs.errors import SpecValueError
+from tdrl.data.specs.shapes import (
     DEVICE_TYPING,
     ShapeLike,
-    TensorSpec,
     _as_dtype,
     _as_shape,
-    _check_n,
-    _mask_or_none,
+    _safe_shape,
+    _shape_matches,
 )
 from tdrl.data.specs.spaces import BinaryBox, CategoricalBox
 
 __all__ = ["Binary", "Categorical", "OneHot"]
+
+#: Binary specs enumerate their ``2 ** n`` values only up to this many bits.
+_MAX_ENUMERATED_BITS = 20
+
+
+def _mask_or_none(
+    mask: Any, expected: torch.Size, device: torch.device, owner: str
+) -> torch.Tensor | None:
+    """Validate a boolean action mask of shape ``expected``."""
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, device=device)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{owner} mask: expected dtype torch.bool, got {mask.dtype}")
+    if not _shape_matches(mask.shape, expected) and mask.shape != _safe_shape(expected):
+        try:
+            mask = mask.expand(_safe_shape(expected))
+        except RuntimeError:
+            raise ValueError(
+                f"{owner} mask: expected shape {tuple(expected)}, got {tuple(mask.shape)}"
+            ) from None
+    return mask
+
+
+def _check_n(n: Any, owner: str) -> int:
+    """Validate a number of categories (0 gives a spec with no values, e.g. for indexing)."""
+    if isinstance(n, torch.Tensor):
+        n = n.item()
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"{owner}: n must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"{owner}: n must be >= 0, got {n}")
+    return int(n)
+
+
+def _check_box(box: Any, kind: type, owner: str) -> None:
+    if not isinstance(box, kind):
+        raise TypeError(f"{owner}.space: expected a {kind.__name__}, got {type(box).__name__}")
+
+
+def _broadcast_rows(rows: torch.Tensor, shape: torch.Size, event_ndim: int) -> torch.Tensor:
+    """``rows`` (``(k, *event)``) repeated over the batch dims of ``shape``: ``(k, *shape)``."""
+    batch = shape[: len(shape) - event_ndim]
+    view = rows.reshape(rows.shape[0], *([1] * len(batch)), *rows.shape[1:])
+    return view.expand(rows.shape[0], *_safe_shape(batch), *rows.shape[1:]).clone()
 
 
 def _masked_choice(mask: torch.Tensor, shape: torch.Size, owner: str) -> torch.Tensor:
@@ -63,6 +109,14 @@ class _NCategories:
     def _same_attributes(self, other: TensorSpec) -> bool:
         return self.n == other.n and _same_mask(self, other)
 
+    def _allowed(self, use_mask: bool) -> torch.Tensor:
+        """The categories to enumerate: all, or those the mask allows for every element."""
+        index = torch.arange(self.n, device=self.device)
+        if use_mask and self.mask is not None:
+            allowed = self.mask.reshape(-1, self.n).all(0)
+            index = index[allowed]
+        return index
+
     def _repr_extra(self) -> str:
         return f"n={self.n}" + (", masked=True" if self.mask is not None else "")
 
@@ -105,8 +159,8 @@ class Categorical(_NCategories, TensorSpec):
         name = type(self).__name__
         n = _check_n(n, name)
         dtype = _as_dtype(dtype, torch.int64)
-        if dtype.is_floating_point or dtype.is_complex:
-            raise TypeError(f"{name}: expected an integer or bool dtype, got {dtype}")
+        if dtype.is_complex:
+            raise TypeError(f"{name}: expected a real dtype, got {dtype}")
         if dtype == torch.bool and n > 2:
             raise ValueError(f"{name}: a bool dtype holds 2 categories at most, got n={n}")
         shape = torch.Size(()) if shape is None else _as_shape(shape)
@@ -116,8 +170,23 @@ class Categorical(_NCategories, TensorSpec):
 
     @property
     def space(self) -> CategoricalBox:
-        """The categories ``0 .. n - 1``."""
+        """The categories ``0 .. n - 1``; setting a :class:`CategoricalBox` changes ``n``."""
         return CategoricalBox(self.n)
+
+    @space.setter
+    def space(self, box: CategoricalBox) -> None:
+        _check_box(box, CategoricalBox, type(self).__name__)
+        if box.n != self.n and self.mask is not None:
+            raise ValueError(
+                f"{type(self).__name__}.space: cannot change n from {self.n} to {box.n} "
+                "while a mask is set (clear it with update_mask(None) first)"
+            )
+        self.n = _check_n(box.n, type(self).__name__)
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """The ``n`` categories (the allowed ones with ``use_mask``), shape ``(k, *shape)``."""
+        rows = self._allowed(use_mask).to(self.dtype)
+        return _broadcast_rows(rows, self.shape, 0)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set (or, with ``None``, clear) the mask of allowed categories, shape ``shape + (n,)``."""
@@ -134,6 +203,8 @@ class Categorical(_NCategories, TensorSpec):
 
     def _in_domain(self, val: torch.Tensor) -> bool:
         if self.dtype != torch.bool and not (bool((val >= 0).all()) and bool((val < self.n).all())):
+            return False
+        if val.dtype.is_floating_point and not bool((val == val.round()).all()):
             return False
         if self.mask is None:
             return True
@@ -175,7 +246,8 @@ class OneHot(_NCategories, TensorSpec):
         shape: shape of the entry, ending with ``n`` (default ``(n,)``).
         device: device of the values.
         dtype: dtype of the vectors (default ``torch.bool``).
-        use_register: kept for API compatibility; has no effect.
+        use_register: kept for API compatibility; it does not change the values, but
+            specs that differ in it do not compare equal.
         mask: optional boolean tensor of the spec's shape marking allowed categories.
 
     ``encode`` takes category indices and ``to_numpy`` returns category indices: that is
@@ -219,8 +291,25 @@ class OneHot(_NCategories, TensorSpec):
 
     @property
     def space(self) -> CategoricalBox:
-        """The categories ``0 .. n - 1``."""
+        """The categories ``0 .. n - 1`` (``n`` is the last dim of the shape and stays)."""
         return CategoricalBox(self.n)
+
+    @space.setter
+    def space(self, box: CategoricalBox) -> None:
+        _check_box(box, CategoricalBox, "OneHot")
+        if box.n != self.n:
+            raise ValueError(
+                f"OneHot.space: n is the last dim of the shape {tuple(self.shape)}, "
+                f"so it stays {self.n}; got a box with n={box.n}"
+            )
+
+    def _same_attributes(self, other: TensorSpec) -> bool:
+        return super()._same_attributes(other) and self.use_register == other.use_register
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """The one-hot vector of each category (allowed ones with ``use_mask``): ``(k, *shape)``."""
+        rows = self._eye()[self._allowed(use_mask)]
+        return _broadcast_rows(rows, self.shape, 1)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set (or, with ``None``, clear) the mask of allowed categories (the spec's shape)."""
@@ -264,9 +353,15 @@ class OneHot(_NCategories, TensorSpec):
         index = _masked_argmax(val, self.mask)
         return torch.nn.functional.one_hot(index, self.n).to(self.dtype)
 
-    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
-        """Convert category indices (numpy / python / tensor) to one-hot vectors."""
-        device = None if ignore_device else self.device
+    def _to_tensor(self, val: Any, device: torch.device | None) -> torch.Tensor:
+        """Category indices (numpy / python / tensor) as one-hot vectors: what ``encode`` takes."""
+        if isinstance(val, (int, np.integer)) and not isinstance(val, bool):
+            if not 0 <= val < self.n:
+                raise SpecValueError(
+                    f"OneHot.encode: expected a category index in [0, {self.n}), got {val}"
+                )
+            row = self._eye()[int(val)].clone()
+            return row if device is None or device == row.device else row.to(device)
         if not isinstance(val, torch.Tensor):
             if isinstance(val, np.ndarray) and not val.flags.writeable:
                 val = val.copy()
@@ -274,14 +369,22 @@ class OneHot(_NCategories, TensorSpec):
         elif device is not None:
             val = val.to(device)
         if val.dtype.is_floating_point or not bool(((val >= 0) & (val < self.n)).all()):
-            raise ValueError(
+            raise SpecValueError(
                 f"OneHot.encode: expected category indices in [0, {self.n}), got {val}"
             )
         return torch.nn.functional.one_hot(val.long(), self.n).to(self.dtype)
 
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Convert category indices (numpy / python / tensor) to one-hot vectors.
+
+        The indices must have the spec's shape without its last dim (up to singleton
+        dims); an index outside ``[0, n)`` raises a ValueError.
+        """
+        return super().encode(val, ignore_device=ignore_device)
+
     def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> np.ndarray:
         """Category indices of one-hot vectors, as a numpy array."""
-        if safe:
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         return val.detach().to(torch.int64).argmax(-1).cpu().numpy()
 
@@ -308,7 +411,8 @@ class Binary(Categorical):
 
     Args:
         n: number of binary values; defaults to the last dim of ``shape``.
-        shape: shape of the entry, ending with ``n`` (default ``(n,)``).
+        shape: shape of the entry, ending with ``n`` (default ``(n,)``). ``shape=()``
+            describes a single 0/1 value with no value dim (``n`` is then 1).
         device: device of the values.
         dtype: dtype of the values (default ``torch.int8``); done flags use ``torch.bool``.
 
@@ -333,24 +437,51 @@ class Binary(Categorical):
         dtype: torch.dtype | str = torch.int8,
     ) -> None:
         shape = _as_shape(shape)
-        if n is None:
-            if not shape:
-                raise TypeError("Binary: give n or a non-empty shape whose last dim is n")
-            n = shape[-1]
-        n = _check_n(n, "Binary")
-        shape = torch.Size((n,)) if shape is None else shape
-        if not shape or shape[-1] != n:
-            raise ValueError(
-                f"Binary: expected the last dim of shape to be n={n}, got shape {tuple(shape)}"
-            )
+        if n is None and shape is None:
+            raise TypeError("Binary: give n or a shape whose last dim is n")
+        if shape is not None and not shape and n in (None, 1):
+            # a single 0/1 value: no value dim to hold n
+            self._event_ndim = 0
+            n = 1
+        else:
+            n = _check_n(shape[-1] if n is None else n, "Binary")
+            shape = torch.Size((n,)) if shape is None else shape
+            if not shape or shape[-1] != n:
+                raise ValueError(
+                    f"Binary: expected the last dim of shape to be n={n}, got shape {tuple(shape)}"
+                )
         TensorSpec.__init__(self, shape, device, _as_dtype(dtype, torch.int8), "discrete")
         self.n = n
         self.mask = None
 
     @property
     def space(self) -> BinaryBox:
-        """``n`` independent 0/1 values."""
+        """``n`` independent 0/1 values (``n`` is the last dim of the shape and stays)."""
         return BinaryBox(self.n)
+
+    @space.setter
+    def space(self, box: BinaryBox) -> None:
+        _check_box(box, BinaryBox, "Binary")
+        if box.n != self.n:
+            raise ValueError(
+                f"Binary.space: n is the last dim of the shape {tuple(self.shape)}, "
+                f"so it stays {self.n}; got a box with n={box.n}"
+            )
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """Every 0/1 vector of length ``n`` (``2 ** n`` of them), shape ``(2 ** n, *shape)``."""
+        if self._event_ndim == 0:
+            return _broadcast_rows(torch.tensor([0, 1], device=self.device), self.shape, 0).to(
+                self.dtype
+            )
+        if self.n > _MAX_ENUMERATED_BITS:
+            raise RuntimeError(
+                f"Cannot enumerate a Binary spec of n={self.n}: 2 ** {self.n} vectors is too many "
+                f"(at most {_MAX_ENUMERATED_BITS} bits)"
+            )
+        codes = torch.arange(2**self.n, device=self.device).unsqueeze(-1)
+        bits = (codes >> torch.arange(self.n - 1, -1, -1, device=self.device)) & 1
+        return _broadcast_rows(bits.to(self.dtype), self.shape, 1)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Binary specs take no mask; passing anything but ``None`` raises."""

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdrl.data.specs.base import (
+from tdrl.data.specs.base import TensorSpec, _checks_on
+from tdrl.data.specs.keys import (
+    NestedKey,
+    _CompositeKeys,
+    _display,
+    _is_key,
+    _shape_starts_with,
+    _unravel,
+    _Version,
+)
+from tdrl.data.specs.locking import _Lockable
+from tdrl.data.specs.names import (
+    Names,
+    _Named,
+    _names_after_expand,
+    _names_after_index,
+    _names_after_squeeze,
+    _names_after_unsqueeze,
+)
+from tdrl.data.specs.shapes import (
     DEVICE_TYPING,
     ShapeLike,
-    TensorSpec,
     _as_device,
     _as_shape,
     _expand_target,
@@ -24,82 +42,18 @@ from tdrl.data.specs.base import (
 
 __all__ = ["Composite"]
 
-NestedKey = str | tuple[str, ...]
-
 _new_td = getattr(TensorDict, "_new_unsafe", TensorDict)
 
-
-class _Version:
-    """A counter bumped on every Composite mutation; caches compare against it."""
-
-    value = 0
+#: Entry names refused because they are the names of spec attributes.
+_FORBIDDEN_KEYS = frozenset({"shape", "device", "dtype", "space"})
 
 
-def _unravel(key: Any) -> tuple[str, ...]:
-    """A key as a flat tuple of strings; TypeError for anything else."""
-    if isinstance(key, str):
-        return (key,)
-    if isinstance(key, tuple) and key:
-        out: list[str] = []
-        for part in key:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, tuple):
-                out.extend(_unravel(part))
-            else:
-                raise TypeError(f"spec keys must be str or tuples of str, got {key!r}")
-        return tuple(out)
-    raise TypeError(f"spec keys must be str or tuples of str, got {key!r}")
+def _is_plain(spec: Any) -> bool:
+    """Whether ``spec`` is a Composite whose batch shape can be set (not a stack)."""
+    return isinstance(spec, Composite) and not hasattr(spec, "_elements")
 
 
-def _is_key(key: Any) -> bool:
-    if isinstance(key, str):
-        return True
-    return isinstance(key, tuple) and bool(key) and all(isinstance(k, (str, tuple)) for k in key)
-
-
-def _display(key: tuple[str, ...]) -> str | tuple[str, ...]:
-    return key[0] if len(key) == 1 else key
-
-
-def _shape_starts_with(shape: torch.Size, prefix: torch.Size) -> bool:
-    if len(shape) < len(prefix):
-        return False
-    return all(p == s or p == -1 or s == -1 for s, p in zip(shape, prefix))
-
-
-class _CompositeKeys(Set):
-    """A read-only, set-like view of a Composite's keys (nested keys are tuples)."""
-
-    __slots__ = ("_keys", "_lookup")
-
-    def __init__(self, keys: tuple) -> None:
-        self._keys = keys
-        self._lookup = frozenset(keys)
-
-    def __contains__(self, key: object) -> bool:
-        if isinstance(key, tuple) and len(key) == 1:
-            key = key[0]
-        try:
-            return key in self._lookup
-        except TypeError:
-            return False
-
-    def __iter__(self) -> Iterator:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    @classmethod
-    def _from_iterable(cls, iterable: Any) -> set:
-        return set(iterable)
-
-    def __repr__(self) -> str:
-        return f"_CompositeKeys({list(self._keys)})"
-
-
-class Composite(TensorSpec):
+class Composite(_Named, _Lockable, TensorSpec):
     """A mapping of keys to specs that describes a (nested) TensorDict.
 
     Args:
@@ -110,11 +64,16 @@ class Composite(TensorSpec):
             entries live on different devices.
         data_cls: optional TensorDict subclass / tensorclass used for ``rand`` / ``zero``
             outputs (built with its ``from_tensordict`` when it has one).
+        names: optional names of the batch dims (``None`` for an unnamed dim); nested
+            Composites and sampled TensorDicts carry them.
         **kwargs: further key -> spec entries.
 
     Nested entries are reached with tuple keys (``spec["agents", "action"]``); setting a
-    nested key creates the intermediate Composites with the parent's shape and device.
-    Integer / slice indexing applies to the batch dims.
+    nested key creates the intermediate Composites with the parent's shape and device. A
+    nested Composite whose own shape is shorter than the parent's (but whose entries
+    start with the parent's shape) takes the parent's shape. The names ``shape``,
+    ``device``, ``dtype`` and ``space`` cannot be used as keys. Integer / slice indexing
+    applies to the batch dims. ``project`` writes the projected values into its input.
 
     Examples:
         >>> import torch
@@ -143,12 +102,15 @@ class Composite(TensorSpec):
         data_cls: type | None = None,
         **kwargs: TensorSpec | Mapping | None,
     ) -> None:
-        batch_size = kwargs.get("batch_size")
-        if batch_size is not None and not isinstance(batch_size, (TensorSpec, Mapping)):
-            del kwargs["batch_size"]
+        options = {}
+        for option in ("batch_size", "names"):
+            value = kwargs.get(option)
+            if value is not None and not isinstance(value, (TensorSpec, Mapping)):
+                options[option] = kwargs.pop(option)
+        if "batch_size" in options:
             if shape is not None:
                 raise TypeError("Composite: pass shape or batch_size, not both")
-            shape = batch_size
+            shape = options["batch_size"]
         if len(args) > 1:
             raise TypeError(f"Composite takes at most one positional mapping, got {len(args)}")
         self._shape = torch.Size(()) if shape is None else _as_shape(shape)
@@ -157,6 +119,7 @@ class Composite(TensorSpec):
         self._locked = False
         self._cache: dict = {}
         self._cache_version = -1
+        self._names: Names | None = None
         self.data_cls = data_cls
         entries: dict = {}
         for arg in args:
@@ -171,6 +134,8 @@ class Composite(TensorSpec):
         entries.update(kwargs)
         for key, value in entries.items():
             self._set((key,) if isinstance(key, str) else _unravel(key), value, _unravel(key))
+        if "names" in options:
+            self.names = options["names"]
 
     @classmethod
     def _from_entries(
@@ -179,6 +144,7 @@ class Composite(TensorSpec):
         shape: torch.Size,
         device: torch.device | None,
         data_cls: type | None = None,
+        names: Names | None = None,
     ) -> Composite:
         """Build without validation (internal: entries already satisfy the invariants)."""
         out = Composite.__new__(Composite)
@@ -188,6 +154,7 @@ class Composite(TensorSpec):
         out._locked = False
         out._cache = {}
         out._cache_version = -1
+        out._names = None if names is None else list(names)
         out.data_cls = data_cls
         return out
 
@@ -195,26 +162,60 @@ class Composite(TensorSpec):
         state = self.__dict__.copy()
         state["_cache"] = {}
         state["_cache_version"] = -1
-        return state
+        return self._lock_state_for_pickle(state)
+
+    def _children(self) -> Iterator[Composite]:
+        return (spec for spec in self._specs.values() if isinstance(spec, Composite))
 
     # ------------------------------------------------------------------ attributes
     @property
     def shape(self) -> torch.Size:
-        """Leading batch dims shared by all entries."""
+        """Leading batch dims shared by all entries.
+
+        Setting it checks that every entry starts with the new shape; nested Composites
+        that do not take the new shape too.
+        """
         return self._shape
 
     @shape.setter
     def shape(self, value: ShapeLike) -> None:
         new_shape = _as_shape(value)
-        for key, spec in self._specs.items():
-            if spec is not None and not _shape_starts_with(spec.shape, new_shape):
-                raise ValueError(
-                    f"cannot set Composite shape to {tuple(new_shape)}: entry {key!r} has shape "
-                    f"{tuple(spec.shape)}, which does not start with it"
-                )
-        self._shape = new_shape
+        self._check_batch_shape(new_shape, ())
+        self._apply_batch_shape(new_shape)
 
     batch_size = shape
+
+    def _check_batch_shape(self, shape: torch.Size, prefix: tuple) -> None:
+        for key, spec in self._specs.items():
+            if spec is None or _shape_starts_with(spec.shape, shape):
+                continue
+            if _is_plain(spec):
+                spec._check_batch_shape(shape, (*prefix, key))
+                continue
+            raise ValueError(
+                f"cannot set Composite shape to {tuple(shape)}: entry "
+                f"{_display((*prefix, key))!r} has shape {tuple(spec.shape)}, which does not "
+                "start with it"
+            )
+
+    def _apply_batch_shape(self, shape: torch.Size) -> None:
+        if len(shape) != len(self._shape):
+            self._names = None
+        self._shape = shape
+        for spec in self._specs.values():
+            if _is_plain(spec) and not _shape_starts_with(spec.shape, shape):
+                spec._apply_batch_shape(shape)
+        _Version.value += 1
+
+    def _with_batch_shape(self, shape: torch.Size) -> Composite:
+        """A copy holding the same entries with batch shape ``shape`` (nested ones too)."""
+        specs = {
+            key: spec._with_batch_shape(shape)
+            if _is_plain(spec) and not _shape_starts_with(spec.shape, shape)
+            else spec
+            for key, spec in self._specs.items()
+        }
+        return Composite._from_entries(specs, shape, self._device, self.data_cls)
 
     @property
     def device(self) -> torch.device | None:
@@ -233,34 +234,21 @@ class Composite(TensorSpec):
         self._device = device
         _Version.value += 1
 
+    def clear_device_(self) -> Composite:
+        """Drop the device of this Composite and of the nested ones; returns ``self``.
+
+        Entries keep their own devices; the Composite no longer moves new entries.
+        """
+        self._device = None
+        for child in self._children():
+            child.clear_device_()
+        return self
+
     @property
     def dtype(self) -> torch.dtype | None:
         """The dtype shared by every leaf, or ``None`` when they differ."""
         dtypes = {spec.dtype for spec in self.values(True, True) if spec is not None}
         return dtypes.pop() if len(dtypes) == 1 else None
-
-    @property
-    def is_locked(self) -> bool:
-        """Whether entries can no longer be set or deleted."""
-        return self._locked
-
-    def lock_(self, recurse: bool = True) -> Composite:
-        """Forbid setting / deleting entries (in nested Composites too by default)."""
-        self._locked = True
-        if recurse:
-            for spec in self._specs.values():
-                if isinstance(spec, Composite):
-                    spec.lock_(recurse=True)
-        return self
-
-    def unlock_(self, recurse: bool = True) -> Composite:
-        """Allow setting / deleting entries again."""
-        self._locked = False
-        if recurse:
-            for spec in self._specs.values():
-                if isinstance(spec, Composite):
-                    spec.unlock_(recurse=True)
-        return self
 
     # ------------------------------------------------------------------ key access
     def _cached(self, name: Any, build: Callable[[], Any]) -> Any:
@@ -397,20 +385,14 @@ class Composite(TensorSpec):
         self[key] = spec
         return self
 
-    def _check_unlocked(self, full_key: tuple[str, ...]) -> None:
-        if self._locked:
-            raise RuntimeError(
-                f"cannot set or delete key {_display(full_key)!r}: the Composite is locked "
-                "(call unlock_() first)"
-            )
-
     def _set(self, key: tuple[str, ...], value: Any, full_key: tuple[str, ...]) -> None:
-        self._check_unlocked(full_key)
         head = key[0]
         if len(key) > 1:
             child = self._specs.get(head)
             if child is None:
-                child = Composite._from_entries({}, self._shape, self._device)
+                self._check_unlocked(_display(full_key))
+                self._check_key_name(head)
+                child = Composite._from_entries({}, self._shape, self._device, names=self._names)
                 self._specs[head] = child
             elif not isinstance(child, Composite):
                 raise KeyError(
@@ -420,30 +402,58 @@ class Composite(TensorSpec):
             child._set(key[1:], value, full_key)
             _Version.value += 1
             return
+        self._check_unlocked(_display(full_key))
+        self._check_key_name(head)
+        self._specs[head] = self._adopt(value, full_key)
+        _Version.value += 1
+
+    @staticmethod
+    def _check_key_name(key: str) -> None:
+        if key in _FORBIDDEN_KEYS:
+            raise AttributeError(
+                f"the key {key!r} cannot be set: it is the name of a spec attribute "
+                f"(reserved keys: {sorted(_FORBIDDEN_KEYS)})"
+            )
+
+    def _adopt(self, value: Any, full_key: tuple[str, ...]) -> TensorSpec | None:
+        """``value`` made fit to be an entry: a spec with this Composite's batch shape / device."""
         if isinstance(value, Mapping) and not isinstance(value, TensorSpec):
             value = Composite(value, shape=self._shape, device=self._device)
-        if value is not None:
-            if not isinstance(value, TensorSpec):
-                raise TypeError(
-                    f"Composite entry {_display(full_key)!r}: expected a TensorSpec or None, "
-                    f"got {type(value).__name__}"
-                )
-            if not _shape_starts_with(value.shape, self._shape):
+        if value is None:
+            return None
+        if not isinstance(value, TensorSpec):
+            raise TypeError(
+                f"Composite entry {_display(full_key)!r}: expected a TensorSpec or None, "
+                f"got {type(value).__name__}"
+            )
+        if not _shape_starts_with(value.shape, self._shape):
+            if not (_is_plain(value) and value._leaves_start_with(self._shape)):
                 raise ValueError(
-                    f"spec shape mismatch at key {_display(full_key)!r}: expected a shape starting "
-                    f"with the Composite's shape {tuple(self._shape)}, got {tuple(value.shape)}"
+                    f"spec shape mismatch at key {_display(full_key)!r}: expected a shape "
+                    f"starting with the Composite's shape {tuple(self._shape)}, got "
+                    f"{tuple(value.shape)}"
                 )
-            if self._device is not None and value.device != self._device:
-                value = value.to(self._device)
-        self._specs[head] = value
-        _Version.value += 1
+            value = value._with_batch_shape(self._shape)
+        if self._device is not None and value.device != self._device:
+            value = value.to(self._device)
+        if self._names is not None and _is_plain(value):
+            value._set_names(self._names + value.names[len(self._names) :])
+        return value
+
+    def _leaves_start_with(self, shape: torch.Size) -> bool:
+        for spec in self._specs.values():
+            if spec is None or _shape_starts_with(spec.shape, shape):
+                continue
+            if not (_is_plain(spec) and spec._leaves_start_with(shape)):
+                return False
+        return True
 
     def __delitem__(self, key: NestedKey) -> None:
         flat = _unravel(key)
         parent = self._lookup(flat[:-1]) if len(flat) > 1 else self
         if not isinstance(parent, Composite) or flat[-1] not in parent._specs:
             raise KeyError(f"key {_display(flat)!r} not found in Composite")
-        parent._check_unlocked(flat)
+        parent._check_unlocked(_display(flat))
         del parent._specs[flat[-1]]
         _Version.value += 1
 
@@ -463,11 +473,7 @@ class Composite(TensorSpec):
         items = other._specs.items() if isinstance(other, Composite) else other.items()
         for key, value in items:
             current = self.get(key)
-            if (
-                isinstance(value, Composite)
-                and isinstance(current, Composite)
-                and type(current) is Composite
-            ):
+            if isinstance(value, Composite) and _is_plain(current):
                 current.update(value)
             else:
                 self[key] = value
@@ -512,13 +518,15 @@ class Composite(TensorSpec):
         return not self._specs
 
     def empty(self) -> Composite:
-        """A Composite with the same shape and device and no entries."""
-        return Composite._from_entries({}, self._shape, self._device, self.data_cls)
+        """A Composite with the same shape, device and names, and no entries."""
+        return Composite._from_entries({}, self._shape, self._device, self.data_cls, self._names)
 
     # ------------------------------------------------------------------ sampling
     def _to_data(self, source: dict, extra: torch.Size) -> TensorDictBase:
         batch = torch.Size((*extra, *_safe_shape(self._shape)))
         td = _new_td(source, batch_size=batch, device=self._device)
+        if self._names is not None:
+            td.names = [None] * len(extra) + self._names
         if self.data_cls is not None:
             convert = getattr(self.data_cls, "from_tensordict", None)
             return convert(td) if convert is not None else self.data_cls(td)
@@ -539,7 +547,38 @@ class Composite(TensorSpec):
         extra = _extra_shape(shape)
         return self._to_data({k: v.one(extra) for k, v in self._present()}, extra)
 
+    def enumerate(self, use_mask: bool = False) -> TensorDictBase:
+        """Every joint value of the leaves, stacked along a new first dim.
+
+        Batch elements share the value: the result has batch size
+        ``(cardinality(), *shape)`` (the batch dims are expanded views).
+        """
+        unbatched = self[(0,) * self.ndim] if self.ndim else self
+        leaves = [(k, v) for k, v in unbatched.items(True, True) if v is not None]
+        values = [spec.enumerate(use_mask) for _, spec in leaves]
+        counts = [value.shape[0] for value in values]
+        if values:
+            grids = torch.meshgrid(*[torch.arange(n) for n in counts], indexing="ij")
+            picked = [value[grid.reshape(-1)] for value, grid in zip(values, grids)]
+        else:
+            picked = []
+        total = int(np.prod(counts)) if counts else 1
+        out = TensorDict(
+            dict(zip([k for k, _ in leaves], picked)), batch_size=(total,), device=self._device
+        )
+        batch = _safe_shape(self._shape)
+        return out.reshape(total, *([1] * len(batch))).expand(total, *batch)
+
     # ------------------------------------------------------------------ membership
+    def _entry(self, val: Any, name: str, prefix: tuple) -> Any:
+        entry = val.get(name, None)
+        if entry is None:
+            raise KeyError(
+                f"spec mismatch at key {_display((*prefix, name))!r}: the spec has this entry "
+                "but the value has none"
+            )
+        return entry
+
     def _mismatch(self, val: Any, key: Any = None) -> Exception | None:
         prefix = () if key is None else (_unravel(key) if _is_key(key) else ())
         if not isinstance(val, (TensorDictBase, Mapping)):
@@ -550,26 +589,26 @@ class Composite(TensorSpec):
         for name, spec in self._present():
             if isinstance(spec, Composite) and spec.is_empty(recurse=True):
                 continue
-            full = (*prefix, name)
-            entry = val.get(name, None)
-            if entry is None:
-                return ValueError(
-                    f"spec mismatch at key {_display(full)!r}: expected an entry, got none"
-                )
-            error = spec._mismatch(entry, _display(full))
+            try:
+                entry = self._entry(val, name, prefix)
+            except KeyError as err:
+                return err
+            error = spec._mismatch(entry, _display((*prefix, name)))
             if error is not None:
                 return error
         return None
 
     def is_in(self, val: Any) -> bool:
-        """Whether every entry of the spec is present in ``val`` and in its spec."""
+        """Whether every entry of ``val`` is in its spec.
+
+        An entry of the spec missing from ``val`` raises a KeyError.
+        """
         if not isinstance(val, (TensorDictBase, Mapping)):
             return False
         for name, spec in self._present():
             if isinstance(spec, Composite) and spec.is_empty(recurse=True):
                 continue
-            entry = val.get(name, None)
-            if entry is None or not spec.is_in(entry):
+            if not spec.is_in(self._entry(val, name, ())):
                 return False
         return True
 
@@ -594,42 +633,75 @@ class Composite(TensorSpec):
                     spec.type_check(entry, name)
 
     def project(self, val: TensorDictBase) -> TensorDictBase:
-        """A shallow copy of ``val`` whose entries are projected into their specs."""
-        out = val.copy()
+        """Project every entry of ``val`` that is outside its spec, in place; returns ``val``."""
         for name, spec in self._present():
             entry = val.get(name, None)
-            if entry is not None and not spec.is_in(entry):
-                out.set(name, spec.project(entry))
-        return out
+            if entry is None or spec.is_in(entry):
+                continue
+            projected = spec.project(entry)
+            if projected is not entry:
+                if isinstance(val, TensorDictBase):
+                    val.set(name, projected)
+                else:
+                    val[name] = projected
+        return val
 
     def encode(self, vals: Mapping[str, Any], *, ignore_device: bool = False) -> TensorDictBase:
-        """Convert a (nested) dict of numpy / python values to a TensorDict."""
+        """Convert a (nested) dict of numpy / python values to a TensorDict.
+
+        Each value goes through its entry's ``encode``; an error names the key.
+        """
         out = {}
+        specs = self._specs
         for name, value in vals.items():
-            spec = self._specs.get(name)
+            spec = specs.get(name)
             if spec is None:
-                raise KeyError(f"cannot encode key {name!r}: it has no spec in this Composite")
-            out[name] = spec.encode(value, ignore_device=ignore_device)
+                raise KeyError(
+                    f"cannot encode key {name!r}: The Composite instance with keys "
+                    f"{list(specs)} has no spec for it"
+                )
+            try:
+                out[name] = spec.encode(value, ignore_device=ignore_device)
+            except (ValueError, TypeError, RuntimeError) as err:
+                raise type(err)(f"cannot encode key {name!r}: {err}") from err
         return TensorDict(
             out, batch_size=_safe_shape(self._shape), device=None if ignore_device else self._device
         )
 
+    def memoize_encode(self, mode: bool = True) -> Composite:
+        """Turn memoized encoding on (or off) for every entry; returns ``self``."""
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.memoize_encode(mode)
+        return self
+
+    def erase_memoize_cache(self) -> Composite:
+        """Forget the memoized encoding plans of every entry; returns ``self``."""
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.erase_memoize_cache()
+        return self
+
     def to_numpy(self, val: TensorDictBase, safe: bool | None = None) -> dict:
-        """A nested dict of numpy arrays."""
-        if safe:
+        """A nested dict of numpy arrays (``safe=True`` checks ``val`` is in the spec first)."""
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         return {
-            name: spec.to_numpy(val.get(name))
+            name: spec.to_numpy(val.get(name), safe=False)
             for name, spec in self._present()
             if name in val.keys()
         }
 
     # ------------------------------------------------------------------ shape ops
     def _map(
-        self, fn: Callable[[TensorSpec], TensorSpec], shape: torch.Size, device: Any
+        self,
+        fn: Callable[[TensorSpec], TensorSpec],
+        shape: torch.Size,
+        device: Any,
+        names: Names | None = None,
     ) -> Composite:
         specs = {k: (None if v is None else fn(v)) for k, v in self._specs.items()}
-        return Composite._from_entries(specs, shape, device, self.data_cls)
+        return Composite._from_entries(specs, shape, device, self.data_cls, names)
 
     def expand(self, *shape: int | ShapeLike) -> Composite:
         """A Composite with new leading dims (or singleton batch dims broadcast)."""
@@ -637,7 +709,10 @@ class Composite(TensorSpec):
             shape = tuple(shape[0])
         new_shape = _expand_target(self._shape, shape, 0)
         ndim = self.ndim
-        return self._map(lambda s: s.expand((*new_shape, *s.shape[ndim:])), new_shape, self._device)
+        names = None if self._names is None else _names_after_expand(self._names, len(new_shape))
+        return self._map(
+            lambda s: s.expand((*new_shape, *s.shape[ndim:])), new_shape, self._device, names
+        )
 
     def unsqueeze(self, dim: int) -> Composite:
         """A Composite with a singleton batch dim inserted at ``dim``."""
@@ -648,7 +723,8 @@ class Composite(TensorSpec):
                 f"cannot unsqueeze a Composite of shape {tuple(self._shape)} at dim {dim}"
             )
         new_shape = torch.Size((*self._shape[:pos], 1, *self._shape[pos:]))
-        return self._map(lambda s: s.unsqueeze(pos), new_shape, self._device)
+        names = None if self._names is None else _names_after_unsqueeze(self._names, pos)
+        return self._map(lambda s: s.unsqueeze(pos), new_shape, self._device, names)
 
     def squeeze(self, dim: int | None = None) -> Composite:
         """A Composite with singleton batch dims removed (all of them, or only ``dim``)."""
@@ -671,10 +747,11 @@ class Composite(TensorSpec):
                 spec = spec.squeeze(d)
             return spec
 
-        return self._map(_squeeze, new_shape, self._device)
+        names = None if self._names is None else _names_after_squeeze(self._names, dims)
+        return self._map(_squeeze, new_shape, self._device, names)
 
     def reshape(self, *shape: int | ShapeLike) -> Composite:
-        """A Composite with its batch dims reshaped."""
+        """A Composite with its batch dims reshaped (names are dropped)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         new_shape = torch.empty(_safe_shape(self._shape), device="meta").reshape(shape).shape
@@ -684,24 +761,23 @@ class Composite(TensorSpec):
     view = reshape
 
     def _index(self, index: Any) -> Composite:
-        if not self.ndim:
-            raise IndexError(f"cannot index a Composite with empty shape by {index!r}")
         index = _normalize_index(index, self.ndim)
         new_shape = _indexed_shape(self._shape, index)
-        return self._map(lambda s: s[index], new_shape, self._device)
+        names = None if self._names is None else _names_after_index(self._names, index)
+        return self._map(lambda s: s[index], new_shape, self._device, names)
 
     def clone(self) -> Composite:
-        """A deep copy (unlocked)."""
-        return self._map(lambda s: s.clone(), self._shape, self._device)
+        """A deep copy (unlocked, names kept)."""
+        return self._map(lambda s: s.clone(), self._shape, self._device, self._names)
 
     def to(self, dest: DEVICE_TYPING | torch.dtype) -> Composite:
         """A copy on another device (or with leaves cast to a dtype); ``self`` when unchanged."""
         if isinstance(dest, torch.dtype):
-            return self._map(lambda s: s.to(dest), self._shape, self._device)
+            return self._map(lambda s: s.to(dest), self._shape, self._device, self._names)
         device = _as_device(dest)
         if device == self._device:
             return self
-        return self._map(lambda s: s.to(device), self._shape, device)
+        return self._map(lambda s: s.to(device), self._shape, device, self._names)
 
     # ------------------------------------------------------------------ comparison
     def __eq__(self, other: object) -> bool:
@@ -715,8 +791,10 @@ class Composite(TensorSpec):
             return False
         return all(value == other._specs[key] for key, value in self._specs.items())
 
-    def cardinality(self) -> int:
-        """Number of joint values of the (discrete) leaves."""
+    __hash__ = None  # type: ignore[assignment]
+
+    def cardinality(self) -> int | float:
+        """Number of joint values of the leaves (``inf`` when one is continuous)."""
         total = 1
         for spec in self.values(True, True):
             if spec is not None:

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 
-from tdrl.data.specs.base import (
-    DEVICE_TYPING,
-    ShapeLike,
-    TensorSpec,
-    _as_dtype,
-    _as_shape,
-    _safe_shape,
-)
+from tdrl.data.specs.base import TensorSpec
+from tdrl.data.specs.shapes import DEVICE_TYPING, ShapeLike, _as_dtype, _as_shape, _safe_shape
 from tdrl.data.specs.spaces import ContinuousBox
 
 __all__ = [
@@ -111,13 +104,42 @@ class Unbounded(TensorSpec):
 
     @property
     def space(self) -> ContinuousBox:
-        """The value range of the dtype (``-inf .. inf`` for floats)."""
+        """The value range of the dtype (``-inf .. inf`` for floats).
+
+        It can be set to that same range only: a spec with other bounds is a :class:`Bounded`.
+        """
         low, high = _dtype_limits(self.dtype)
         shape = _safe_shape(self.shape)
         return ContinuousBox(
             torch.full(shape, low, dtype=self.dtype, device=self.device),
             torch.full(shape, high, dtype=self.dtype, device=self.device),
         )
+
+    @space.setter
+    def space(self, box: ContinuousBox) -> None:
+        if not isinstance(box, ContinuousBox):
+            raise TypeError(f"Unbounded.space: expected a ContinuousBox, got {type(box).__name__}")
+        low, high = _dtype_limits(self.dtype)
+        if not (bool((box.low == low).all()) and bool((box.high == high).all())):
+            raise ValueError(
+                f"Unbounded.space: an Unbounded spec spans the whole range of {self.dtype}; "
+                "use Bounded(low, high, ...) for other bounds"
+            )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Bounded):
+            return other == self
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """Every value of a bool dtype; other dtypes have too many values (RuntimeError)."""
+        if self.dtype == torch.bool:
+            values = torch.tensor([False, True], device=self.device)
+            view = values.reshape(2, *([1] * self.ndim))
+            return view.expand(2, *_safe_shape(self.shape)).clone()
+        return super().enumerate(use_mask)
 
     def _rand(self, shape: torch.Size) -> torch.Tensor:
         dtype = self.dtype
@@ -142,13 +164,13 @@ class Unbounded(TensorSpec):
         return val.to(self.dtype)
 
     def _cast_dtype(self, dtype: torch.dtype) -> TensorSpec:
-        out = copy.copy(self)
+        out = self._copy()
         out.dtype = dtype
         out.domain = _domain_of(dtype)
         return out
 
-    def cardinality(self) -> int:
-        """Number of values of the (integer) dtype; continuous specs raise TypeError."""
+    def cardinality(self) -> int | float:
+        """Number of values of the (integer) dtype; ``inf`` for continuous specs."""
         if self.domain == "continuous":
             return super().cardinality()
         low, high = _dtype_limits(self.dtype)
@@ -244,28 +266,39 @@ class Bounded(TensorSpec):
                     f"Bounded: low of shape {tuple(low_t.shape)} and high of shape "
                     f"{tuple(high_t.shape)} cannot be broadcast together"
                 ) from err
-        safe = _safe_shape(shape)
+        super().__init__(shape, device_, dtype, domain)
+        self.low, self.high = self._bounds(low_t, high_t)
+
+    def _bounds(self, low: torch.Tensor, high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``low`` / ``high`` broadcast to the spec's shape (own memory, so they can be edited)."""
+        safe = _safe_shape(self.shape)
         try:
-            low_t = low_t.expand(safe)
-            high_t = high_t.expand(safe)
+            low = low.expand(safe).clone()
+            high = high.expand(safe).clone()
         except RuntimeError as err:
             raise ValueError(
-                f"Bounded: low/high of shapes {tuple(low_t.shape)} / {tuple(high_t.shape)} "
-                f"cannot be broadcast to the spec shape {tuple(shape)}"
+                f"Bounded: low/high of shapes {tuple(low.shape)} / {tuple(high.shape)} "
+                f"cannot be broadcast to the spec shape {tuple(self.shape)}"
             ) from err
-        if (low_t > high_t).any():
+        if (low > high).any():
             raise ValueError(
-                f"Bounded: expected low <= high everywhere, got low={low_t.tolist()} "
-                f"and high={high_t.tolist()}"
+                f"Bounded: expected low <= high everywhere, got low={low.tolist()} "
+                f"and high={high.tolist()}"
             )
-        super().__init__(shape, device_, dtype, domain)
-        self.low = low_t
-        self.high = high_t
+        return low, high
 
     @property
     def space(self) -> ContinuousBox:
-        """The ``[low, high]`` box."""
+        """The ``[low, high]`` box; setting a :class:`ContinuousBox` replaces the bounds."""
         return ContinuousBox(self.low, self.high)
+
+    @space.setter
+    def space(self, box: ContinuousBox) -> None:
+        if not isinstance(box, ContinuousBox):
+            raise TypeError(f"Bounded.space: expected a ContinuousBox, got {type(box).__name__}")
+        low = _bound_tensor(box.low, "low", self.dtype, self.device)
+        high = _bound_tensor(box.high, "high", self.dtype, self.device)
+        self.low, self.high = self._bounds(low, high)
 
     @property
     def minimum(self) -> torch.Tensor:
@@ -371,7 +404,7 @@ class Bounded(TensorSpec):
         return torch.minimum(torch.maximum(val, self.low), self.high)
 
     def _cast_dtype(self, dtype: torch.dtype) -> TensorSpec:
-        out = copy.copy(self)
+        out = self._copy()
         out.dtype = dtype
         out.domain = _domain_of(dtype)
         out.low = self.low.to(dtype)
@@ -383,8 +416,33 @@ class Bounded(TensorSpec):
             self.high, other.high.to(self.device)
         )
 
-    def cardinality(self) -> int:
-        """Number of integers in ``[low, high]`` (bounds must be the same for every element)."""
+    def __eq__(self, other: object) -> bool:
+        if type(other) in (Unbounded, UnboundedContinuous, UnboundedDiscrete):
+            # an Unbounded spec is the Bounded spec spanning its dtype's whole range
+            low, high = _dtype_limits(self.dtype)
+            return (
+                self.shape == other.shape
+                and self.dtype == other.dtype
+                and self.device == other.device
+                and self.domain == other.domain
+                and bool((self.low == low).all())
+                and bool((self.high == high).all())
+            )
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """The integers in ``[low, high]`` (same bounds everywhere), shape ``(k, *shape)``."""
+        bounds = self._uniform_int_bounds() if self.domain == "discrete" else None
+        if bounds is None:
+            return super().enumerate(use_mask)
+        values = torch.arange(bounds[0], bounds[1] + 1, device=self.device).to(self.dtype)
+        view = values.reshape(-1, *([1] * self.ndim))
+        return view.expand(values.shape[0], *_safe_shape(self.shape)).clone()
+
+    def cardinality(self) -> int | float:
+        """Number of integers in ``[low, high]`` (same bounds everywhere); ``inf`` if continuous."""
         if self.domain == "continuous":
             return super().cardinality()
         counts = (self.high.to(torch.float64) - self.low.to(torch.float64) + 1).flatten()

@@ -8,17 +8,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdrl.data.specs.base import (
-    DEVICE_TYPING,
-    ShapeLike,
-    TensorSpec,
-    _as_dtype,
-    _as_shape,
+from tdrl.data.specs.base import TensorSpec, _checks_on
+from tdrl.data.specs.categorical import (
+    _broadcast_rows,
+    _check_box,
     _mask_or_none,
-    _safe_shape,
+    _masked_argmax,
+    _masked_choice,
+    _same_mask,
 )
-from tdrl.data.specs.categorical import _masked_argmax, _masked_choice, _same_mask
+from tdrl.data.specs.errors import SpecValueError
+from tdrl.data.specs.shapes import DEVICE_TYPING, ShapeLike, _as_dtype, _as_shape, _safe_shape
 from tdrl.data.specs.spaces import BoxList
+
+#: Multi-choice specs enumerate their joint values only up to this many.
+_MAX_ENUMERATED = 1_000_000
 
 __all__ = ["MultiCategorical", "MultiOneHot"]
 
@@ -28,15 +32,25 @@ def _check_nvec(nvec: Any, owner: str) -> torch.Tensor:
         nvec_t = torch.as_tensor(nvec)
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"{owner}: nvec must be a sequence of ints, got {nvec!r}") from err
-    if nvec_t.ndim == 0:
-        nvec_t = nvec_t.unsqueeze(0)
     if nvec_t.dtype.is_floating_point or nvec_t.dtype == torch.bool:
         raise TypeError(f"{owner}: nvec must hold ints, got dtype {nvec_t.dtype}")
     if nvec_t.numel() == 0:
         raise ValueError(f"{owner}: nvec must not be empty")
-    if bool((nvec_t <= 0).any()):
-        raise ValueError(f"{owner}: every entry of nvec must be > 0, got {nvec_t.tolist()}")
+    if bool((nvec_t < 0).any()):
+        raise ValueError(f"{owner}: every entry of nvec must be >= 0, got {nvec_t.tolist()}")
     return nvec_t.to(torch.int64)
+
+
+def _joint_values(row: list[int], owner: str) -> torch.Tensor:
+    """Every combination of one index per sub-action: shape ``(prod(row), len(row))``."""
+    total = math.prod(row)
+    if total > _MAX_ENUMERATED:
+        raise RuntimeError(
+            f"Cannot enumerate a {owner} spec with nvec={row}: {total} joint values is too many "
+            f"(at most {_MAX_ENUMERATED})"
+        )
+    grids = torch.meshgrid(*[torch.arange(n) for n in row], indexing="ij")
+    return torch.stack([grid.reshape(-1) for grid in grids], -1)
 
 
 class MultiCategorical(TensorSpec):
@@ -44,10 +58,12 @@ class MultiCategorical(TensorSpec):
 
     Args:
         nvec: number of categories of each sub-action (a sequence or a tensor that
-            broadcasts to ``shape``).
+            broadcasts to ``shape``). A single int gives one index per element and a
+            spec without a sub-action dim (like :class:`Categorical`).
         shape: shape of the entry, ending with ``len(nvec)`` (default ``nvec.shape``).
         device: device of the values.
-        dtype: integer dtype of the values (default ``torch.int64``).
+        dtype: dtype of the values (default ``torch.int64``); a float dtype holds the
+            indices as whole floats.
         mask: optional boolean tensor of shape ``shape[:-1] + (sum(nvec),)``: the allowed
             categories of each sub-action, concatenated.
         remove_singleton: kept for API compatibility; values always have the spec's shape.
@@ -81,14 +97,17 @@ class MultiCategorical(TensorSpec):
         name = type(self).__name__
         nvec_t = _check_nvec(nvec, name)
         shape = nvec_t.shape if shape is None else _as_shape(shape)
-        if not shape or shape[-1] != nvec_t.shape[-1]:
+        if nvec_t.ndim == 0:
+            # one index per element: no sub-action dim
+            self._event_ndim = 0
+        elif not shape or shape[-1] != nvec_t.shape[-1]:
             raise ValueError(
                 f"{name}: expected the last dim of shape to be len(nvec)={nvec_t.shape[-1]}, "
                 f"got shape {tuple(shape)}"
             )
         dtype = _as_dtype(dtype, torch.int64)
-        if dtype.is_floating_point or dtype.is_complex:
-            raise TypeError(f"{name}: expected an integer dtype, got {dtype}")
+        if dtype.is_complex or dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer or float dtype, got {dtype}")
         super().__init__(shape, device, dtype, "discrete")
         try:
             self.nvec = nvec_t.to(self.device).expand(_safe_shape(shape))
@@ -102,20 +121,56 @@ class MultiCategorical(TensorSpec):
 
     def _row(self) -> list[int]:
         """``nvec`` of one element (masks and spaces need it to be the same everywhere)."""
-        flat = self.nvec.reshape(-1, self.nvec.shape[-1])
+        flat = self.nvec.reshape(-1, 1 if self._event_ndim == 0 else self.nvec.shape[-1])
         if flat.shape[0] > 1 and not bool((flat == flat[0]).all()):
             raise ValueError(f"{type(self).__name__}: nvec differs between batch elements")
         return flat[0].tolist()
 
+    def _columns(self, val: torch.Tensor) -> list[torch.Tensor]:
+        """The index of each sub-action (the value itself when there is no sub-action dim)."""
+        return [val] if self._event_ndim == 0 else list(val.unbind(-1))
+
+    def _join(self, columns: list[torch.Tensor]) -> torch.Tensor:
+        return columns[0] if self._event_ndim == 0 else torch.stack(columns, -1)
+
     @property
     def space(self) -> BoxList:
-        """One categorical box per sub-action."""
+        """One categorical box per sub-action (setting one must keep the number of sub-actions)."""
         return BoxList.from_nvec(self._row())
 
+    @space.setter
+    def space(self, box: BoxList) -> None:
+        _check_box(box, BoxList, type(self).__name__)
+        if len(box) != len(self._row()):
+            raise ValueError(
+                f"{type(self).__name__}.space: expected {len(self._row())} boxes, got {len(box)}"
+            )
+        if self.mask is not None and list(box.nvec) != self._row():
+            raise ValueError(
+                f"{type(self).__name__}.space: cannot change nvec while a mask is set "
+                "(clear it with update_mask(None) first)"
+            )
+        nvec = torch.tensor(box.nvec, dtype=torch.int64, device=self.device)
+        self.nvec = nvec.reshape(self.nvec.shape[self._batch_ndim :]).expand(self.nvec.shape)
+
     def update_mask(self, mask: torch.Tensor | None) -> None:
-        """Set (or clear) the mask of allowed categories, shape ``shape[:-1] + (sum(nvec),)``."""
-        expected = torch.Size((*self.shape[:-1], sum(self._row()))) if mask is not None else None
+        """Set (or clear) the mask of allowed categories, shape ``batch shape + (sum(nvec),)``."""
+        batch = self.shape[: self._batch_ndim]
+        expected = torch.Size((*batch, sum(self._row()))) if mask is not None else None
         self.mask = _mask_or_none(mask, expected, self.device, type(self).__name__)
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """Every joint value (one index per sub-action): shape ``(prod(nvec), *shape)``."""
+        values = _joint_values(self._row(), type(self).__name__).to(self.device)
+        if use_mask and self.mask is not None:
+            allowed = self.mask.reshape(-1, self.mask.shape[-1]).all(0)
+            ok = torch.ones(values.shape[0], dtype=torch.bool, device=self.device)
+            for i, sub in enumerate(allowed.split(self._row())):
+                ok &= sub[values[:, i]]
+            values = values[ok]
+        if self._event_ndim == 0:
+            values = values.squeeze(-1)
+        return _broadcast_rows(values.to(self.dtype), self.shape, self._event_ndim)
 
     def _rand(self, shape: torch.Size) -> torch.Tensor:
         if self.mask is None:
@@ -123,20 +178,23 @@ class MultiCategorical(TensorSpec):
                 torch.rand(shape, device=self.device, dtype=torch.float64) * self.nvec
             ).floor()
             return torch.minimum(sample.to(torch.int64), self.nvec - 1).to(self.dtype)
-        batch = shape[:-1]
+        batch = shape[: len(shape) - self._event_ndim]
         parts = [
             _masked_choice(sub, batch, type(self).__name__)
             for sub in self.mask.split(self._row(), dim=-1)
         ]
-        return torch.stack(parts, -1).to(self.dtype)
+        return self._join(parts).to(self.dtype)
 
     def _in_domain(self, val: torch.Tensor) -> bool:
         if not (bool((val >= 0).all()) and bool((val < self.nvec).all())):
             return False
+        if val.dtype.is_floating_point and not bool((val == val.round()).all()):
+            return False
         if self.mask is None:
             return True
-        for i, sub in enumerate(self.mask.split(self._row(), dim=-1)):
-            index = val[..., i].long()
+        columns = self._columns(val)
+        for index, sub in zip(columns, self.mask.split(self._row(), dim=-1)):
+            index = index.long()
             if not bool(
                 sub.expand(*index.shape, sub.shape[-1]).gather(-1, index.unsqueeze(-1)).all()
             ):
@@ -149,12 +207,11 @@ class MultiCategorical(TensorSpec):
         val = torch.minimum(torch.maximum(val.long(), torch.zeros_like(self.nvec)), self.nvec - 1)
         if self.mask is not None:
             columns = []
-            for i, sub in enumerate(self.mask.split(self._row(), dim=-1)):
-                sub = sub.expand(*val.shape[:-1], sub.shape[-1])
-                index = val[..., i]
+            for index, sub in zip(self._columns(val), self.mask.split(self._row(), dim=-1)):
+                sub = sub.expand(*index.shape, sub.shape[-1])
                 allowed = sub.gather(-1, index.unsqueeze(-1)).squeeze(-1)
                 columns.append(torch.where(allowed, index, sub.to(torch.int8).argmax(-1)))
-            val = torch.stack(columns, -1)
+            val = self._join(columns)
         return val.to(self.dtype)
 
     def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
@@ -162,7 +219,8 @@ class MultiCategorical(TensorSpec):
         if safe:
             self.assert_is_in(val)
         parts = [
-            torch.nn.functional.one_hot(val[..., i].long(), n) for i, n in enumerate(self._row())
+            torch.nn.functional.one_hot(index.long(), n)
+            for index, n in zip(self._columns(val), self._row())
         ]
         return torch.cat(parts, -1).to(torch.bool)
 
@@ -170,7 +228,10 @@ class MultiCategorical(TensorSpec):
         """The equivalent :class:`MultiOneHot` spec."""
         row = self._row()
         return MultiOneHot(
-            row, shape=(*self.shape[:-1], sum(row)), device=self.device, mask=self.mask
+            row,
+            shape=(*self.shape[: self._batch_ndim], sum(row)),
+            device=self.device,
+            mask=self.mask,
         )
 
     def cardinality(self) -> int:
@@ -243,8 +304,26 @@ class MultiOneHot(TensorSpec):
 
     @property
     def space(self) -> BoxList:
-        """One categorical box per sub-action."""
+        """One categorical box per sub-action (``nvec`` is fixed by the shape and stays)."""
         return BoxList.from_nvec(self.nvec)
+
+    @space.setter
+    def space(self, box: BoxList) -> None:
+        _check_box(box, BoxList, "MultiOneHot")
+        if list(box.nvec) != self.nvec:
+            raise ValueError(
+                f"MultiOneHot.space: nvec is fixed by the shape {tuple(self.shape)} and stays "
+                f"{self.nvec}; got boxes for {list(box.nvec)}"
+            )
+
+    def enumerate(self, use_mask: bool = False) -> torch.Tensor:
+        """Every joint value as concatenated one-hot vectors: ``(prod(nvec), *shape)``."""
+        indices = _joint_values(self.nvec, "MultiOneHot").to(self.device)
+        rows = self._to_tensor(indices, self.device)
+        if use_mask and self.mask is not None:
+            allowed = self.mask.reshape(-1, self.mask.shape[-1]).all(0)
+            rows = rows[~(rows.bool() & ~allowed).any(-1)]
+        return _broadcast_rows(rows, self.shape, 1)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set (or clear) the mask of allowed categories (the spec's shape)."""
@@ -285,9 +364,8 @@ class MultiOneHot(TensorSpec):
     def _indices(self, val: torch.Tensor) -> torch.Tensor:
         return torch.stack([part.long().argmax(-1) for part in val.split(self.nvec, dim=-1)], -1)
 
-    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
-        """Convert per-sub-action indices (last dim ``len(nvec)``) to multi-one-hot vectors."""
-        device = None if ignore_device else self.device
+    def _to_tensor(self, val: Any, device: torch.device | None) -> torch.Tensor:
+        """Per-sub-action indices (last dim ``len(nvec)``) as concatenated one-hot vectors."""
         if not isinstance(val, torch.Tensor):
             if isinstance(val, np.ndarray) and not val.flags.writeable:
                 val = val.copy()
@@ -295,18 +373,31 @@ class MultiOneHot(TensorSpec):
         elif device is not None:
             val = val.to(device)
         if val.ndim == 0 or val.shape[-1] != len(self.nvec) or val.dtype.is_floating_point:
-            raise ValueError(
+            raise SpecValueError(
                 f"MultiOneHot.encode: expected integer indices with last dim {len(self.nvec)}, "
                 f"got shape {tuple(val.shape)} and dtype {val.dtype}"
+            )
+        nvec = torch.tensor(self.nvec, device=val.device)
+        if not bool(((val >= 0) & (val < nvec)).all()):
+            raise SpecValueError(
+                f"MultiOneHot.encode: expected indices below nvec={self.nvec}, got {val}"
             )
         parts = [
             torch.nn.functional.one_hot(val[..., i].long(), n) for i, n in enumerate(self.nvec)
         ]
         return torch.cat(parts, -1).to(self.dtype)
 
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Convert per-sub-action indices (last dim ``len(nvec)``) to multi-one-hot vectors.
+
+        The indices must have the spec's batch shape (up to singleton dims); an index
+        outside its sub-action's range raises a ValueError.
+        """
+        return super().encode(val, ignore_device=ignore_device)
+
     def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> np.ndarray:
         """Per-sub-action indices, as a numpy array."""
-        if safe:
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         return self._indices(val.detach()).cpu().numpy()
 

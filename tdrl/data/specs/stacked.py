@@ -10,25 +10,25 @@ Stacking identical specs gives a plain spec with one more dim. Stacking specs th
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from tdrl.data.specs.base import (
-    _TORCH_HANDLERS,
+from tdrl.data.specs.base import _TORCH_HANDLERS, TensorSpec
+from tdrl.data.specs.composite import Composite
+from tdrl.data.specs.errors import SpecStackError, _at
+from tdrl.data.specs.keys import _display, _Version
+from tdrl.data.specs.shapes import (
     DEVICE_TYPING,
     ShapeLike,
-    TensorSpec,
     _as_device,
-    _at,
     _ends_with,
     _extra_shape,
     _normalize_index,
 )
-from tdrl.data.specs.composite import Composite, _Version
 
 __all__ = ["Stacked", "StackedComposite", "stack_specs"]
 
@@ -45,6 +45,11 @@ def _stacked_shape(shapes: Sequence[torch.Size], dim: int, count: int) -> torch.
     dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
     dims.insert(dim, count)
     return torch.Size(dims)
+
+
+def _leaf_kind(spec: TensorSpec) -> str:
+    """The kind of a leaf spec; a stack of leaves has the kind of its elements."""
+    return _leaf_kind(spec.specs[0]) if isinstance(spec, Stacked) else spec._kind
 
 
 def _norm_dim(dim: int, ndim: int, what: str) -> int:
@@ -178,18 +183,29 @@ class Stacked(_StackedMixin, TensorSpec):
                     f"Stacked element {i}: expected a leaf TensorSpec, got {type(spec).__name__}"
                 )
         first = specs[0]
+        kinds = sorted(
+            {type(s).__name__ for s in specs if s._kind != first._kind} | {type(first).__name__}
+        )
+        if len(kinds) > 1:
+            raise SpecStackError(
+                "Stacking specs cannot occur: Found more than one type of specs in the list "
+                f"({kinds}); a stack holds one kind of spec"
+            )
         for i, spec in enumerate(specs[1:], 1):
             if spec.ndim != first.ndim:
-                raise ValueError(
-                    f"Stacked element {i}: expected {first.ndim} dims like element 0, got shape {tuple(spec.shape)}"
+                raise SpecStackError(
+                    f"Ndims differ: Stacked element {i} has shape {tuple(spec.shape)}, "
+                    f"expected {first.ndim} dims like element 0"
                 )
             if spec.dtype != first.dtype:
-                raise TypeError(
-                    f"Stacked element {i}: expected dtype {first.dtype}, got {spec.dtype}"
+                raise SpecStackError(
+                    f"Dtypes differ: Stacked element {i} has dtype {spec.dtype}, "
+                    f"expected {first.dtype} like element 0"
                 )
             if spec.device != first.device:
-                raise ValueError(
-                    f"Stacked element {i}: expected device {first.device}, got {spec.device}"
+                raise SpecStackError(
+                    f"Devices differ: Stacked element {i} is on {spec.device}, "
+                    f"expected {first.device} like element 0"
                 )
         dim = _norm_dim(dim, first.ndim, "leaf specs")
         shape = _stacked_shape([s.shape for s in specs], dim, len(specs))
@@ -376,6 +392,7 @@ class StackedComposite(_StackedMixin, Composite):
     """
 
     _kind = "stacked_composite"
+    _named_batch = False
 
     def __init__(self, *composites: Composite, dim: int = 0) -> None:
         if len(composites) == 1 and isinstance(composites[0], (list, tuple)):
@@ -447,7 +464,7 @@ class StackedComposite(_StackedMixin, Composite):
         return self.ndim
 
     def _set(self, key: tuple[str, ...], value: Any, full_key: tuple[str, ...]) -> None:
-        self._check_unlocked(full_key)
+        self._check_unlocked(_display(full_key))
         if value is None or isinstance(value, dict):
             parts = [value] * len(self._elements)
         else:
@@ -469,9 +486,29 @@ class StackedComposite(_StackedMixin, Composite):
         _Version.value += 1
 
     def __delitem__(self, key: Any) -> None:
-        for element in self._elements:
+        """Delete an entry from every element that holds it (KeyError when none does)."""
+        holders = [e for e in self._elements if key in e.keys(include_nested=True)]
+        if not holders:
+            raise KeyError(f"key {key!r} not found in any element of the StackedComposite")
+        self._check_unlocked(key)
+        for element in holders:
             del element[key]
         _Version.value += 1
+
+    def type_check(self, value: Any, key: Any = None, *, selected_keys: Any = None) -> None:
+        """Check dtypes element by element (heterogeneous entries cannot be stacked)."""
+        key = selected_keys if key is None else key
+        if key is not None or not isinstance(value, TensorDictBase):
+            Composite.type_check(self, value, key)
+            return
+        parts = self._parts(value)
+        if parts is None or len(parts) != len(self._elements):
+            raise ValueError(
+                f"type_check: expected a TensorDict with batch size ending with "
+                f"{tuple(self.shape)}, got {tuple(value.batch_size)}"
+            )
+        for element, part in zip(self._elements, parts):
+            element.type_check(part)
 
     def select(self, *keys: Any, strict: bool = True) -> StackedComposite:
         """A stack of the elements' selections."""
@@ -491,18 +528,25 @@ class StackedComposite(_StackedMixin, Composite):
             self[key] = value
         return self
 
-    def lock_(self, recurse: bool = True) -> StackedComposite:
-        """Lock every element."""
-        self._locked = True
+    def _children(self) -> Iterator[Composite]:
+        return iter(self._elements)
+
+    def clear_device_(self) -> StackedComposite:
+        """Drop the device of every element; returns ``self``."""
         for element in self._elements:
-            element.lock_(recurse)
+            element.clear_device_()
         return self
 
-    def unlock_(self, recurse: bool = True) -> StackedComposite:
-        """Unlock every element."""
-        self._locked = False
+    def memoize_encode(self, mode: bool = True) -> StackedComposite:
+        """Turn memoized encoding on (or off) in every element; returns ``self``."""
         for element in self._elements:
-            element.unlock_(recurse)
+            element.memoize_encode(mode)
+        return self
+
+    def erase_memoize_cache(self) -> StackedComposite:
+        """Forget the memoized encoding plans of every element; returns ``self``."""
+        for element in self._elements:
+            element.erase_memoize_cache()
         return self
 
     def _lazy(self, method: str, shape: ShapeLike | None) -> LazyStackedTensorDict:

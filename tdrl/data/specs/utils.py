@@ -61,11 +61,20 @@ def check_no_exclusive_keys(spec: TensorSpec, recurse: bool = True) -> bool:
 
 
 def _empty_like(spec: TensorSpec, batch_ndim: int) -> TensorSpec:
-    """A spec like ``spec`` with its value dims set to 0 (a stand-in for a missing key)."""
+    """A spec of the same kind as ``spec`` with no values: a stand-in for a missing key.
+
+    Its dims after the ``batch_ndim`` leading ones have size 0 (dims that hold one
+    value, like the categories of a one-hot vector, keep their size).
+    """
     if isinstance(spec, Composite):
         return spec.empty()
-    shape = (*spec.shape[:batch_ndim], *([0] * (spec.ndim - batch_ndim)))
-    return Unbounded(shape=shape, device=spec.device, dtype=spec.dtype)
+    if isinstance(spec, Stacked):
+        fillers = [_empty_like(element, min(batch_ndim, spec.dim)) for element in spec.specs]
+        return torch.stack(fillers, spec.dim)
+    empty = max(spec._batch_ndim - batch_ndim, 0)
+    if not empty:
+        return spec.clone()
+    return spec[(slice(None),) * batch_ndim + (slice(0, 0),) * empty]
 
 
 def consolidate_spec(
@@ -95,13 +104,15 @@ def _consolidate_(spec: TensorSpec, through_entries: bool, through_stack: bool) 
         elements = spec.composites
         reference: dict = {}
         for element in elements:
-            for key, value in element.items(True, True):
-                reference.setdefault(key, value)
+            for key, value in element.items(True, False):
+                reference.setdefault(key if isinstance(key, tuple) else (key,), value)
+        # parents before children, so that a missing nested Composite keeps its own shape
         for element in elements:
-            present = set(element.keys(True, True))
-            for key, value in reference.items():
-                if key not in present and value is not None:
-                    element[key] = _empty_like(value, element.ndim)
+            for key in sorted(reference, key=len):
+                value = reference[key]
+                if value is not None and key not in element.keys(True):
+                    parent = element[key[:-1]] if len(key) > 1 else element
+                    element[key] = _empty_like(value, parent.ndim)
         if through_stack:
             for element in elements:
                 _consolidate_(element, through_entries, through_stack)

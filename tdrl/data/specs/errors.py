@@ -1,0 +1,47 @@
+"""Errors raised by spec checks, and the message templates they share.
+
+tdrl raises ``ValueError`` for bad values and ``TypeError`` for bad types. Code written for
+the reference API catches ``AssertionError`` when a value is not in its spec and
+``RuntimeError`` when ``encode`` cannot give a value the spec's shape or when specs cannot be
+stacked. The classes here
+derive from both, so either ``except`` clause works.
+
+Examples:
+    >>> import torch
+    >>> from tdrl.data import Bounded
+    >>> try:
+    ...     Bounded(0.0, 1.0, shape=(2,)).assert_is_in(torch.full((2,), 3.0))
+    ... except AssertionError as err:
+    ...     isinstance(err, ValueError)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SpecEncodeShapeError", "SpecStackError", "SpecTypeError", "SpecValueError"]
+
+MSG_SHAPE = "{where}: expected shape {expected}, got {got}"
+MSG_DTYPE = "{where}: expected dtype {expected}, got {got}"
+
+
+class SpecValueError(ValueError, AssertionError):
+    """A value outside its spec: wrong shape or outside the spec's domain."""
+
+
+class SpecTypeError(TypeError, AssertionError):
+    """A value of the wrong kind or dtype for its spec."""
+
+
+class SpecEncodeShapeError(ValueError, RuntimeError):
+    """``encode`` got a value that cannot take the spec's shape."""
+
+
+class SpecStackError(ValueError, RuntimeError):
+    """Specs that cannot be stacked together (different kinds, dtypes, ndims or devices)."""
+
+
+def _at(what: str, key: Any) -> str:
+    """``"what at key 'k'"``, or just ``what`` for a spec checked on its own."""
+    return what if key is None else f"{what} at key {key!r}"
