@@ -90,7 +90,7 @@ def main() -> None:
             lambda: torch.tensor([0.5]),
             2.0,
         ),
-        ("encode one-hot", lambda: action_spec.encode(2), lambda: eye[2].clone(), 5.0),
+        ("encode one-hot", lambda: action_spec.encode(2), lambda: eye[2].clone(), 2.0),
         ("encode composite", lambda: composite.encode(raw), bare_composite, 2.0),
         (
             "rand bounded",

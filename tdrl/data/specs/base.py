@@ -48,6 +48,9 @@ __all__ = ["DEVICE_TYPING", "TensorSpec"]
 #: torch functions (``torch.stack``...) that specs implement, filled by the modules that define them.
 _TORCH_HANDLERS: dict[Callable, Callable] = {}
 
+#: Input types whose shape is known from the type and ``.shape``: their encode plans can be kept.
+_PLANNED_TYPES = (torch.Tensor, np.ndarray, np.generic, int, float, bool)
+
 #: The spec package: its ``_CHECK_SPEC_ENCODE`` flag turns on value checks in encode / to_numpy.
 _PACKAGE = sys.modules[__package__]
 
@@ -56,14 +59,20 @@ def _checks_on() -> bool:
     return _PACKAGE._CHECK_SPEC_ENCODE
 
 
+def _add_last_dim(value: torch.Tensor) -> torch.Tensor:
+    return value.unsqueeze(-1)
+
+
 def _fit_plan(got: torch.Size, expected: torch.Size) -> Callable | None:
     """How to give a value of shape ``got`` the spec's shape ``expected``.
 
     Returns ``None`` when nothing is needed, a callable otherwise. Only singleton dims may
     be added or removed (a scalar reward for a ``(1,)`` spec); any other difference raises.
     """
-    if _shape_matches(got, expected):
+    if got == expected or _shape_matches(got, expected):
         return None
+    if len(expected) == len(got) + 1 and expected[-1] == 1 and _shape_matches(got, expected[:-1]):
+        return _add_last_dim
     target = _safe_shape(expected)
     if -1 not in expected and [d for d in got if d != 1] == [d for d in target if d != 1]:
         return lambda value: value.reshape(target)
@@ -138,22 +147,25 @@ class TensorSpec:
     def _batch_ndim(self) -> int:
         return len(self.shape) - self._event_ndim
 
-    def _full_shape(self, shape: ShapeLike | None) -> torch.Size:
-        extra = _extra_shape(shape)
-        return torch.Size((*extra, *_safe_shape(self.shape)))
+    def _full_shape(self, shape: ShapeLike | None) -> tuple[int, ...]:
+        """``shape`` extra dims followed by the spec's own (a plain tuple: factories take it faster)."""
+        return (*_extra_shape(shape), *self._own_shape())
 
     def clear_device_(self) -> TensorSpec:
         """Leaf specs always have a device: nothing to clear. Returns ``self``."""
         return self
 
     # ------------------------------------------------------------------ sampling
-    def _own_shape(self) -> torch.Size:
-        """The spec's shape with dynamic dims set to 1, cached per ``shape`` object."""
+    def _own_shape(self) -> tuple[int, ...]:
+        """The spec's shape with dynamic dims set to 1, cached per ``shape`` object.
+
+        A plain tuple: torch's factory functions parse it faster than a ``torch.Size``.
+        """
         shape = self.shape
         cache = self.__dict__.get("_own_shape_cache")
         if cache is not None and cache[0] is shape:
             return cache[1]
-        full = torch.Size(_safe_shape(shape))
+        full = tuple(_safe_shape(shape))
         self.__dict__["_own_shape_cache"] = (shape, full)
         return full
 
@@ -303,7 +315,7 @@ class TensorSpec:
         fit = _fit_plan(out.shape, self.shape)
         if fit is not None:
             out = fit(out)
-        if memo is not None and isinstance(val, (torch.Tensor, np.ndarray)):
+        if memo is not None and isinstance(val, _PLANNED_TYPES):
             self._remember_plan(val, ignore_device, device, fit)
         if _checks_on():
             self._check_encoded(out)
@@ -357,7 +369,7 @@ class TensorSpec:
             out = convert(value, device)
             return out if fit is None else fit(out)
 
-        plans[(type(val), tuple(val.shape), ignore_device)] = plan
+        plans[(type(val), getattr(val, "shape", None), ignore_device)] = plan
 
     def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> np.ndarray:
         """Convert ``val`` to a numpy array.
