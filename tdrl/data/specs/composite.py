@@ -12,9 +12,9 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.data.specs.base import TensorSpec, _checks_on
 from tdrl.data.specs.keys import (
     NestedKey,
-    _CompositeKeys,
     _display,
     _is_key,
+    _KeyViews,
     _shape_starts_with,
     _unravel,
     _Version,
@@ -50,10 +50,10 @@ _FORBIDDEN_KEYS = frozenset({"shape", "device", "dtype", "space"})
 
 def _is_plain(spec: Any) -> bool:
     """Whether ``spec`` is a Composite whose batch shape can be set (not a stack)."""
-    return isinstance(spec, Composite) and not hasattr(spec, "_elements")
+    return isinstance(spec, Composite) and not spec._stacked
 
 
-class Composite(_Named, _Lockable, TensorSpec):
+class Composite(_KeyViews, _Named, _Lockable, TensorSpec):
     """A mapping of keys to specs that describes a (nested) TensorDict.
 
     Args:
@@ -93,6 +93,8 @@ class Composite(_Named, _Lockable, TensorSpec):
 
     _kind = "composite"
     domain = "composite"
+    #: Whether this is a stack of Composites (its shape follows the elements).
+    _stacked = False
 
     def __init__(
         self,
@@ -251,82 +253,6 @@ class Composite(_Named, _Lockable, TensorSpec):
         return dtypes.pop() if len(dtypes) == 1 else None
 
     # ------------------------------------------------------------------ key access
-    def _cached(self, name: Any, build: Callable[[], Any]) -> Any:
-        if self._cache_version != _Version.value:
-            self._cache = {}
-            self._cache_version = _Version.value
-        try:
-            return self._cache[name]
-        except KeyError:
-            value = self._cache[name] = build()
-            return value
-
-    def _walk(
-        self, include_nested: bool, leaves_only: bool, is_leaf: Callable[[type], bool] | None
-    ) -> tuple[tuple[NestedKey, TensorSpec | None], ...]:
-        out: list = []
-        for key, spec in self._specs.items():
-            leaf = (not isinstance(spec, Composite)) if is_leaf is None else is_leaf(type(spec))
-            if include_nested and isinstance(spec, Composite) and not leaf:
-                for sub_key, sub_spec in spec.items(True, leaves_only, is_leaf=is_leaf):
-                    full = (key, *sub_key) if isinstance(sub_key, tuple) else (key, sub_key)
-                    out.append((full, sub_spec))
-            if not leaves_only or leaf:
-                out.append((key, spec))
-        return tuple(out)
-
-    def items(
-        self,
-        include_nested: bool = False,
-        leaves_only: bool = False,
-        *,
-        is_leaf: Callable[[type], bool] | None = None,
-    ) -> tuple[tuple[NestedKey, TensorSpec | None], ...]:
-        """``(key, spec)`` pairs; nested keys are tuples when ``include_nested`` is True."""
-        if is_leaf is not None:
-            return self._walk(include_nested, leaves_only, is_leaf)
-        return self._cached(
-            ("items", include_nested, leaves_only),
-            lambda: self._walk(include_nested, leaves_only, None),
-        )
-
-    def keys(
-        self,
-        include_nested: bool = False,
-        leaves_only: bool = False,
-        *,
-        is_leaf: Callable[[type], bool] | None = None,
-    ) -> _CompositeKeys:
-        """A set-like view of the keys (cached until the spec changes)."""
-        if is_leaf is not None:
-            return _CompositeKeys(
-                tuple(k for k, _ in self._walk(include_nested, leaves_only, is_leaf))
-            )
-        return self._cached(
-            ("keys", include_nested, leaves_only),
-            lambda: _CompositeKeys(tuple(k for k, _ in self.items(include_nested, leaves_only))),
-        )
-
-    def values(
-        self,
-        include_nested: bool = False,
-        leaves_only: bool = False,
-        *,
-        is_leaf: Callable[[type], bool] | None = None,
-    ) -> tuple[TensorSpec | None, ...]:
-        """The specs, in key order."""
-        if is_leaf is not None:
-            return tuple(v for _, v in self._walk(include_nested, leaves_only, is_leaf))
-        return self._cached(
-            ("values", include_nested, leaves_only),
-            lambda: tuple(v for _, v in self.items(include_nested, leaves_only)),
-        )
-
-    def _present(self) -> tuple[tuple[str, TensorSpec], ...]:
-        return self._cached(
-            "present", lambda: tuple((k, v) for k, v in self._specs.items() if v is not None)
-        )
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._specs)
 

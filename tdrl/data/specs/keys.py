@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Set
-from typing import Any
+from collections.abc import Callable, Iterator, Set
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from tdrl.data.specs.base import TensorSpec
 
 __all__: list[str] = []
 
@@ -89,3 +92,90 @@ class _CompositeKeys(Set):
 
     def __repr__(self) -> str:
         return f"_CompositeKeys({list(self._keys)})"
+
+
+class _KeyViews:
+    """Key, value and item views of a Composite, cached until any Composite changes.
+
+    Subclasses provide ``_specs``, the mapping of their own entries.
+    """
+
+    _specs: dict
+    _cache: dict
+    _cache_version: int
+
+    def _cached(self, name: Any, build: Callable[[], Any]) -> Any:
+        if self._cache_version != _Version.value:
+            self._cache = {}
+            self._cache_version = _Version.value
+        try:
+            return self._cache[name]
+        except KeyError:
+            value = self._cache[name] = build()
+            return value
+
+    def _walk(
+        self, include_nested: bool, leaves_only: bool, is_leaf: Callable[[type], bool] | None
+    ) -> tuple[tuple[NestedKey, TensorSpec | None], ...]:
+        out: list = []
+        for key, spec in self._specs.items():
+            leaf = (not isinstance(spec, _KeyViews)) if is_leaf is None else is_leaf(type(spec))
+            if include_nested and isinstance(spec, _KeyViews) and not leaf:
+                for sub_key, sub_spec in spec.items(True, leaves_only, is_leaf=is_leaf):
+                    full = (key, *sub_key) if isinstance(sub_key, tuple) else (key, sub_key)
+                    out.append((full, sub_spec))
+            if not leaves_only or leaf:
+                out.append((key, spec))
+        return tuple(out)
+
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
+    ) -> tuple[tuple[NestedKey, TensorSpec | None], ...]:
+        """``(key, spec)`` pairs; nested keys are tuples when ``include_nested`` is True."""
+        if is_leaf is not None:
+            return self._walk(include_nested, leaves_only, is_leaf)
+        return self._cached(
+            ("items", include_nested, leaves_only),
+            lambda: self._walk(include_nested, leaves_only, None),
+        )
+
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
+    ) -> _CompositeKeys:
+        """A set-like view of the keys (cached until the spec changes)."""
+        if is_leaf is not None:
+            return _CompositeKeys(
+                tuple(k for k, _ in self._walk(include_nested, leaves_only, is_leaf))
+            )
+        return self._cached(
+            ("keys", include_nested, leaves_only),
+            lambda: _CompositeKeys(tuple(k for k, _ in self.items(include_nested, leaves_only))),
+        )
+
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
+    ) -> tuple[TensorSpec | None, ...]:
+        """The specs, in key order."""
+        if is_leaf is not None:
+            return tuple(v for _, v in self._walk(include_nested, leaves_only, is_leaf))
+        return self._cached(
+            ("values", include_nested, leaves_only),
+            lambda: tuple(v for _, v in self.items(include_nested, leaves_only)),
+        )
+
+    def _present(self) -> tuple[tuple[str, TensorSpec], ...]:
+        return self._cached(
+            "present", lambda: tuple((k, v) for k, v in self._specs.items() if v is not None)
+        )

@@ -82,12 +82,11 @@ class _Named:
     """Dim names of a Composite: the ``names`` property, ``refine_names`` and propagation.
 
     Subclasses provide ``ndim``, ``clone()`` and ``_children()``; a child takes part in
-    name propagation when its ``_named_batch`` is true.
+    name propagation unless it is a stack of Composites (``_stacked``).
     """
 
     _names: Names | None = None
-    #: Whether this Composite's batch dims can carry names (stacks of Composites cannot).
-    _named_batch: bool = True
+    _stacked: bool = False
 
     @property
     def names(self) -> Names:
@@ -110,7 +109,7 @@ class _Named:
     def _set_names(self, names: Names) -> None:
         self._names = list(names)
         for child in self._children():
-            if child._named_batch:
+            if not child._stacked:
                 child._set_names(names + child.names[len(names) :])
 
     def _has_names(self) -> bool:
@@ -119,7 +118,7 @@ class _Named:
     def _erase_names(self) -> None:
         self._names = None
         for child in self._children():
-            if child._named_batch:
+            if not child._stacked:
                 child._erase_names()
 
     def refine_names(self, *names: str | None) -> Any:

@@ -392,7 +392,7 @@ class StackedComposite(_StackedMixin, Composite):
     """
 
     _kind = "stacked_composite"
-    _named_batch = False
+    _stacked = True
 
     def __init__(self, *composites: Composite, dim: int = 0) -> None:
         if len(composites) == 1 and isinstance(composites[0], (list, tuple)):
