@@ -132,6 +132,16 @@ def test_attribute_names_are_reserved(key):
         Composite()["nested", key] = Unbounded(1)
 
 
+def test_keys_must_be_str_or_tuples_of_str():
+    spec = Composite(a=Unbounded(1))
+    for bad in (0, ("a", 1), None):
+        with pytest.raises(TypeError, match="key should be a Sequence<NestedKey>") as info:
+            spec[bad] = Unbounded(1)
+        assert isinstance(info.value, RuntimeError)  # what tensordict raises for bad keys
+    with pytest.raises(TypeError, match=r"got \('a', 1\)"):
+        spec.get(("a", 1))
+
+
 def test_clear_device_lets_the_parent_choose():
     spec = Composite(a=Composite(b=Unbounded(1), device="cpu"), device="cpu")
     assert spec.clear_device_() is spec
@@ -170,3 +180,11 @@ def test_consolidate_spec_keeps_nested_composite_shapes():
     consolidated = consolidate_spec(stacked)
     filled = consolidated.composites[1]["inner"]
     assert filled.shape == (3,) and filled["x"].shape == (3, 0)
+
+
+def test_consolidate_spec_fills_keys_holding_leaf_stacks():
+    agents = torch.stack([Unbounded((5, 6)), Unbounded((5, 7))], 0)
+    stacked = torch.stack([Composite(agents=agents), Composite()])
+    consolidated = consolidate_spec(stacked)
+    assert consolidated["agents"].shape == (2, 2, -1, -1)  # a stack beside its filler
+    assert consolidated.composites[1]["agents"].shape == (2, 0, 0)

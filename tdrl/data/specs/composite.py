@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs.base import TensorSpec, _checks_on
+from tdrl.data.specs.errors import MSG_KEY, SpecKeyError
 from tdrl.data.specs.keys import (
     NestedKey,
     _display,
@@ -302,7 +303,7 @@ class Composite(_KeyViews, _Named, _Lockable, TensorSpec):
 
     def __setitem__(self, key: NestedKey, value: TensorSpec | Mapping | None) -> None:
         if not _is_key(key):
-            raise TypeError(f"Composite entries are set by str or tuple-of-str key, got {key!r}")
+            raise SpecKeyError(f"Composite entries are set by key: {MSG_KEY.format(key=key)}")
         flat = _unravel(key)
         self._set(flat, value, flat)
 

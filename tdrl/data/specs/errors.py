@@ -20,7 +20,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SpecEncodeShapeError", "SpecStackError", "SpecTypeError", "SpecValueError"]
+__all__ = [
+    "SpecEncodeShapeError",
+    "SpecKeyError",
+    "SpecStackError",
+    "SpecTypeError",
+    "SpecValueError",
+]
+
+MSG_KEY = (
+    "spec keys are a str or a (nested) tuple of str (key should be a Sequence<NestedKey>), "
+    "got {key!r}"
+)
 
 MSG_SHAPE = "{where}: expected shape {expected}, got {got}"
 MSG_DTYPE = "{where}: expected dtype {expected}, got {got}"
@@ -36,6 +47,13 @@ class SpecTypeError(TypeError, AssertionError):
 
 class SpecEncodeShapeError(ValueError, RuntimeError):
     """``encode`` got a value that cannot take the spec's shape."""
+
+
+class SpecKeyError(TypeError, RuntimeError):
+    """A Composite key that is not a str or a (nested) tuple of str.
+
+    tensordict reports invalid keys with a RuntimeError; this error is that and a TypeError.
+    """
 
 
 class SpecStackError(ValueError, RuntimeError):

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tdrl.data.specs.errors import MSG_KEY, SpecKeyError
+
 if TYPE_CHECKING:
     from tdrl.data.specs.base import TensorSpec
 
@@ -33,9 +35,9 @@ def _unravel(key: Any) -> tuple[str, ...]:
             elif isinstance(part, tuple):
                 out.extend(_unravel(part))
             else:
-                raise TypeError(f"spec keys must be str or tuples of str, got {key!r}")
+                raise SpecKeyError(MSG_KEY.format(key=key))
         return tuple(out)
-    raise TypeError(f"spec keys must be str or tuples of str, got {key!r}")
+    raise SpecKeyError(MSG_KEY.format(key=key))
 
 
 def _is_key(key: Any) -> bool:

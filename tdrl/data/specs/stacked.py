@@ -184,7 +184,8 @@ class Stacked(_StackedMixin, TensorSpec):
                 )
         first = specs[0]
         kinds = sorted(
-            {type(s).__name__ for s in specs if s._kind != first._kind} | {type(first).__name__}
+            {type(s).__name__ for s in specs if _leaf_kind(s) != _leaf_kind(first)}
+            | {type(first).__name__}
         )
         if len(kinds) > 1:
             raise SpecStackError(
