@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorClass, TensorDict
 
 from tdrl.data import (
     Bounded,
@@ -157,3 +157,29 @@ def test_make_composite_from_td():
     )
     assert isinstance(make_composite_from_td(lazy), StackedComposite)
     assert make_composite_from_td(lazy, dynamic_shape=True)["o"].shape == torch.Size((2, -1))
+
+
+class _Record(TensorClass):
+    obs: torch.Tensor
+    label: str
+
+
+def test_make_composite_from_td_rebuilds_tensorclasses():
+    td = TensorDict(
+        rec=_Record(obs=torch.ones(5, 3), label="tag", batch_size=(5,)),
+        note="text",
+        batch_size=(5,),
+    )
+    spec = make_composite_from_td(td)
+    assert spec["rec"].data_cls is _Record and spec["rec", "obs"].shape == (5, 3)
+    assert spec["rec", "label"].example_data == "tag" and spec["note"].example_data == "text"
+    one = spec.one()
+    assert isinstance(one["rec"], _Record) and one["rec"].label == "tag"
+    assert one["note"] == "text" and (one["rec"].obs == 1).all()
+
+
+def test_make_composite_from_td_dynamic_shape_marks_feature_dims():
+    td = TensorDict({"obs": torch.zeros(2, 3, 4), "r": torch.zeros(2, 1)}, [2])
+    spec = make_composite_from_td(td, dynamic_shape=True)
+    assert spec["obs"].shape == (2, -1, -1) and spec["r"].shape == (2, -1)
+    assert spec.is_in(TensorDict({"obs": torch.zeros(2, 5, 1), "r": torch.zeros(2, 1)}, [2]))

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDictBase,
+    is_tensorclass,
+)
 
 from tdrl.data.specs.base import TensorSpec
 from tdrl.data.specs.composite import Composite
@@ -123,10 +129,16 @@ def _consolidate_(spec: TensorSpec, through_entries: bool, through_stack: bool) 
                 _consolidate_(value, through_entries, through_stack)
 
 
-def _leaf_from_value(value: object, unsqueeze_null_shapes: bool, dynamic_shape: bool) -> TensorSpec:
+def _leaf_from_value(
+    value: object, batch_ndim: int, unsqueeze_null_shapes: bool, dynamic_shape: bool
+) -> TensorSpec:
     if isinstance(value, (NonTensorData, NonTensorStack)):
         example = value.data if isinstance(value, NonTensorData) else value.tolist()
         return NonTensor(shape=value.batch_size, device=value.device, example_data=example)
+    if is_tensorclass(value):
+        spec = make_composite_from_td(value.to_tensordict(), unsqueeze_null_shapes, dynamic_shape)
+        spec.data_cls = type(value)
+        return spec
     if isinstance(value, TensorDictBase):
         return make_composite_from_td(value, unsqueeze_null_shapes, dynamic_shape)
     if not isinstance(value, torch.Tensor):
@@ -134,6 +146,8 @@ def _leaf_from_value(value: object, unsqueeze_null_shapes: bool, dynamic_shape: 
     shape = value.shape
     if not shape and unsqueeze_null_shapes:
         shape = torch.Size((1,))
+    if dynamic_shape:
+        shape = (*shape[:batch_ndim], *([-1] * (len(shape) - batch_ndim)))
     return Unbounded(shape=shape, device=value.device, dtype=value.dtype)
 
 
@@ -147,8 +161,11 @@ def make_composite_from_td(
     Args:
         data: the TensorDict to describe; its batch size becomes the Composite's shape.
         unsqueeze_null_shapes: give entries of shape ``()`` the shape ``(1,)``.
-        dynamic_shape: for a lazy stack whose entries differ in shape, mark the differing
-            dims as ``-1`` instead of building a stacked spec.
+        dynamic_shape: mark every dim of a tensor entry after the batch dims as dynamic
+            (``-1``); a lazy stack then gives one Composite instead of a stacked spec.
+
+    Tensorclass entries give a Composite whose ``data_cls`` is the tensorclass, so that
+    ``rand()`` / ``zero()`` / ``one()`` rebuild it.
 
     Examples:
         >>> import torch
@@ -168,11 +185,12 @@ def make_composite_from_td(
             values = [td.get(key) for td in data.tensordicts]
             if all(isinstance(v, torch.Tensor) for v in values):
                 shapes = [v.shape for v in values]
-                dims = [
-                    d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(shapes[0])
-                ]
+                inner_batch = data.batch_dims - 1
+                dims = [*shapes[0][:inner_batch], *([-1] * (len(shapes[0]) - inner_batch))]
                 dims.insert(data.stack_dim, len(shapes))
                 entries[key] = Unbounded(shape=dims, device=values[0].device, dtype=values[0].dtype)
                 continue
-        entries[key] = _leaf_from_value(data.get(key), unsqueeze_null_shapes, dynamic_shape)
+        entries[key] = _leaf_from_value(
+            data.get(key), data.batch_dims, unsqueeze_null_shapes, dynamic_shape
+        )
     return Composite(entries, shape=data.batch_size, device=data.device)
