@@ -14,6 +14,7 @@ from tdrl.data import (
     Binary,
     Bounded,
     Categorical,
+    Choice,
     Composite,
     MultiOneHot,
     OneHot,
@@ -149,6 +150,17 @@ def test_composite_memoize_reaches_every_entry():
     assert isinstance(out, TensorDict) and out["nested", "r"].tolist() == [1.0]
     spec.erase_memoize_cache().memoize_encode(False)
     assert spec["obs"]._encode_memo is None
+
+
+def test_stacks_and_choices_memoize_through_their_elements():
+    stacked = torch.stack([Bounded(0.0, 1.0, shape=(2,)), Bounded(0.0, 2.0, shape=(2,))])
+    choice = Choice([Categorical(3), Categorical(4)])
+    for spec, parts in ((stacked, stacked.specs), (choice, choice.choices)):
+        spec.memoize_encode()
+        assert all(part._encode_memo is not None for part in parts)
+        spec.memoize_encode(False)
+        assert all(part._encode_memo is None for part in parts)
+    assert stacked.encode(np.full((2, 2), 0.5)).shape == (2, 2)
 
 
 def test_check_flag_off_by_default_skips_value_checks():

@@ -174,6 +174,20 @@ class Choice(TensorSpec):
         device = None if ignore_device else self.device
         return NonTensorData(data=val, batch_size=self.shape, device=device)
 
+    def memoize_encode(self, mode: bool = True) -> Choice:
+        """Turn memoized encoding on (or off) in the spec alternatives; returns ``self``."""
+        if self._of_specs:
+            for choice in self.choices:
+                choice.memoize_encode(mode)
+        return self
+
+    def erase_memoize_cache(self) -> Choice:
+        """Forget the memoized encoding plans of the spec alternatives; returns ``self``."""
+        if self._of_specs:
+            for choice in self.choices:
+                choice.erase_memoize_cache()
+        return self
+
     def to_numpy(self, val: Any, safe: bool | None = None) -> Any:
         """A numpy array for tensor values; the python objects of non-tensor values."""
         if safe:

@@ -38,26 +38,64 @@ MSG_DTYPE = "{where}: expected dtype {expected}, got {got}"
 
 
 class SpecValueError(ValueError, AssertionError):
-    """A value outside its spec: wrong shape or outside the spec's domain."""
+    """A value outside its spec: wrong shape or outside the spec's domain.
+
+    Examples:
+        >>> issubclass(SpecValueError, ValueError) and issubclass(SpecValueError, AssertionError)
+        True
+    """
 
 
 class SpecTypeError(TypeError, AssertionError):
-    """A value of the wrong kind or dtype for its spec."""
+    """A value of the wrong kind or dtype for its spec.
+
+    Examples:
+        >>> issubclass(SpecTypeError, TypeError) and issubclass(SpecTypeError, AssertionError)
+        True
+    """
 
 
 class SpecEncodeShapeError(ValueError, RuntimeError):
-    """``encode`` got a value that cannot take the spec's shape."""
+    """``encode`` got a value that cannot take the spec's shape.
+
+    Examples:
+        >>> import numpy as np
+        >>> from tdrl.data import Unbounded
+        >>> try:
+        ...     Unbounded((3,)).encode(np.zeros(4))
+        ... except SpecEncodeShapeError as err:
+        ...     print(err)
+        Shape mismatch: cannot encode a value of shape (4,) with a spec of shape (3,) (shape (3,) is invalid for input of size 4)
+    """
 
 
 class SpecKeyError(TypeError, RuntimeError):
     """A Composite key that is not a str or a (nested) tuple of str.
 
     tensordict reports invalid keys with a RuntimeError; this error is that and a TypeError.
+
+    Examples:
+        >>> from tdrl.data import Composite, Unbounded
+        >>> try:
+        ...     Composite()[0] = Unbounded(1)
+        ... except SpecKeyError as err:
+        ...     isinstance(err, TypeError) and isinstance(err, RuntimeError)
+        True
     """
 
 
 class SpecStackError(ValueError, RuntimeError):
-    """Specs that cannot be stacked together (different kinds, dtypes, ndims or devices)."""
+    """Specs that cannot be stacked together (different kinds, dtypes, ndims or devices).
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.data import Bounded, Unbounded
+        >>> try:
+        ...     torch.stack([Bounded(0.0, 1.0, shape=(2,)), Unbounded((2,))])
+        ... except SpecStackError as err:
+        ...     str(err).startswith("Stacking specs cannot occur")
+        True
+    """
 
 
 def _at(what: str, key: Any) -> str:

@@ -341,6 +341,18 @@ class Stacked(_StackedMixin, TensorSpec):
         """Remove singleton dims."""
         return self._squeeze_stack(dim)
 
+    def memoize_encode(self, mode: bool = True) -> Stacked:
+        """Turn memoized encoding on (or off) in every element; returns ``self``."""
+        for spec in self._elements:
+            spec.memoize_encode(mode)
+        return self
+
+    def erase_memoize_cache(self) -> Stacked:
+        """Forget the memoized encoding plans of every element; returns ``self``."""
+        for spec in self._elements:
+            spec.erase_memoize_cache()
+        return self
+
     def clone(self) -> Stacked:
         """A deep copy."""
         return Stacked(*[s.clone() for s in self._elements], dim=self.dim)
