@@ -183,6 +183,11 @@ def test_check_flag_turns_on_encode_and_to_numpy_checks(encode_checks):
     composite = Composite(a=spec)
     with pytest.raises(AssertionError):
         composite.to_numpy(TensorDict({"a": torch.full((2,), 5.0)}, []))
+    stacked = torch.stack([spec, Bounded(0.0, 2.0, shape=(2,))])
+    with pytest.raises(AssertionError):
+        stacked.to_numpy(torch.full((2, 2), 5.0))
+    with pytest.raises(AssertionError):
+        Choice([Categorical(2), Categorical(3)]).to_numpy(torch.tensor(7))
 
 
 def test_mismatch_errors_are_assertion_errors_too():

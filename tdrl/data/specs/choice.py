@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, NonTensorStack
 
-from tdrl.data.specs.base import TensorSpec
+from tdrl.data.specs.base import TensorSpec, _checks_on
 from tdrl.data.specs.errors import SpecValueError, _at
 from tdrl.data.specs.shapes import DEVICE_TYPING, ShapeLike, _as_device, _ends_with
 
@@ -190,7 +190,7 @@ class Choice(TensorSpec):
 
     def to_numpy(self, val: Any, safe: bool | None = None) -> Any:
         """A numpy array for tensor values; the python objects of non-tensor values."""
-        if safe:
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         if isinstance(val, torch.Tensor):
             return val.detach().cpu().numpy()

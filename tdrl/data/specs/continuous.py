@@ -417,7 +417,7 @@ class Bounded(TensorSpec):
         )
 
     def __eq__(self, other: object) -> bool:
-        if type(other) in (Unbounded, UnboundedContinuous, UnboundedDiscrete):
+        if isinstance(other, Unbounded):
             # an Unbounded spec is the Bounded spec spanning its dtype's whole range
             low, high = _dtype_limits(self.dtype)
             return (

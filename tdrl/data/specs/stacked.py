@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from tdrl.data.specs.base import _TORCH_HANDLERS, TensorSpec
+from tdrl.data.specs.base import _TORCH_HANDLERS, TensorSpec, _checks_on
 from tdrl.data.specs.composite import Composite
 from tdrl.data.specs.errors import SpecStackError, _at
 from tdrl.data.specs.keys import _display, _Version
@@ -319,7 +319,7 @@ class Stacked(_StackedMixin, TensorSpec):
 
     def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> Any:
         """A numpy array (a list of arrays for a nested tensor)."""
-        if safe:
+        if safe or (safe is None and _checks_on()):
             self.assert_is_in(val)
         if isinstance(val, torch.Tensor) and val.is_nested:
             return [p.detach().cpu().numpy() for p in val.unbind(0)]
