@@ -186,5 +186,21 @@ def test_consolidate_spec_fills_keys_holding_leaf_stacks():
     agents = torch.stack([Unbounded((5, 6)), Unbounded((5, 7))], 0)
     stacked = torch.stack([Composite(agents=agents), Composite()])
     consolidated = consolidate_spec(stacked)
-    assert consolidated["agents"].shape == (2, 2, -1, -1)  # a stack beside its filler
-    assert consolidated.composites[1]["agents"].shape == (2, 0, 0)
+    # the filler is empty along the dim where the agents differ only: the fixed dim stays
+    assert consolidated.composites[1]["agents"].shape == (2, 5, 0)
+    assert consolidated["agents"].shape == (2, 2, 5, -1)
+
+
+def test_consolidate_spec_fillers_of_batched_leaf_stacks_keep_fixed_dims():
+    shapes = [(2, 5, 6, 7), (2, 5, 8, 7)]
+    agents = torch.stack([Unbounded(shape) for shape in shapes], 1)
+    shared = Unbounded((2, 4))
+    stacked = torch.stack(
+        [Composite(agents=agents, shared=shared, shape=(2,)), Composite(shape=(2,))]
+    )
+    consolidated = consolidate_spec(stacked)
+    assert consolidated.composites[1]["agents"].shape == (2, 2, 5, 0, 7)
+    assert consolidated["agents"].shape == (2, 2, 2, 5, -1, 7)
+    assert consolidated["shared"].shape == (2, 2, -1)  # a plain leaf's filler has no value dims
+    assert consolidated.composites[1]["shared"].shape == (2, 0)
+    assert consolidated.composites[0]["agents"] == agents

@@ -42,6 +42,15 @@ def test_reference_module_path_is_the_spec_package():
     assert module._CHECK_SPEC_ENCODE is False
 
 
+def test_reference_utils_module_path_gives_the_spec_helpers():
+    from tdrl.data import utils as data_utils
+    from tdrl.data.specs import utils as spec_utils
+
+    for name in ("check_no_exclusive_keys", "consolidate_spec", "contains_lazy_spec"):
+        assert getattr(data_utils, name) is getattr(spec_utils, name)
+    assert data_utils.DEVICE_TYPING is specs_package.DEVICE_TYPING
+
+
 @pytest.mark.parametrize(
     ("spec", "value", "shape"),
     [

@@ -75,12 +75,28 @@ def _empty_like(spec: TensorSpec, batch_ndim: int) -> TensorSpec:
     if isinstance(spec, Composite):
         return spec.empty()
     if isinstance(spec, Stacked):
-        fillers = [_empty_like(element, min(batch_ndim, spec.dim)) for element in spec.specs]
-        return torch.stack(fillers, spec.dim)
+        return torch.stack(_stack_fillers(spec.specs, min(batch_ndim, spec.dim)), spec.dim)
     empty = max(spec._batch_ndim - batch_ndim, 0)
     if not empty:
         return spec.clone()
     return spec[(slice(None),) * batch_ndim + (slice(0, 0),) * empty]
+
+
+def _stack_fillers(elements: list[TensorSpec], batch_ndim: int) -> list[TensorSpec]:
+    """Empty stand-ins for the elements of a stack of leaves of different shapes.
+
+    Only the dims where the element shapes differ get size 0: the stand-in keeps the
+    stack's fixed dims, so that stacking it beside the original keeps them too.
+    """
+    shapes = [tuple(element.shape) for element in elements]
+    leaves = not any(isinstance(element, (Composite, Stacked)) for element in elements)
+    if not leaves or len(set(shapes)) == 1 or len({len(shape) for shape in shapes}) != 1:
+        return [_empty_like(element, batch_ndim) for element in elements]
+    index = tuple(
+        slice(0, 0) if len({shape[i] for shape in shapes}) > 1 else slice(None)
+        for i in range(len(shapes[0]))
+    )
+    return [element[index] for element in elements]
 
 
 def consolidate_spec(
