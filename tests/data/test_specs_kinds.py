@@ -89,6 +89,19 @@ def test_spaces_can_be_replaced_by_a_box_of_the_same_kind():
         multi.space = BoxList.from_nvec([4])
 
 
+def test_multi_categorical_space_nests_when_nvec_varies_across_the_batch():
+    spec = MultiCategorical([[2, 3], [4, 5]])
+    assert spec.space.nvec == ((2, 3), (4, 5)) and isinstance(spec.space.boxes[0], BoxList)
+    assert MultiCategorical([2, 3], shape=(4, 2)).space.nvec == (2, 3)  # same nvec: flat
+    other = MultiCategorical([[1, 1], [1, 1]], dtype=torch.float32)
+    value = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert not other.is_in(value)
+    other.space = spec.space
+    assert other.nvec.tolist() == [[2, 3], [4, 5]] and other.is_in(value)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        other.space = BoxList.from_nvec([[2, 3, 4], [4, 5, 6]])
+
+
 def test_unbounded_equals_a_bounded_spec_over_its_whole_dtype_range():
     unbounded = Unbounded((2,), dtype=torch.float16)
     full = Bounded(-float("inf"), float("inf"), shape=(2,), dtype=torch.float16)

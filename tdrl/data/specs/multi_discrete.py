@@ -135,12 +135,33 @@ class MultiCategorical(TensorSpec):
 
     @property
     def space(self) -> BoxList:
-        """One categorical box per sub-action (setting one must keep the number of sub-actions)."""
-        return BoxList.from_nvec(self._row())
+        """One categorical box per sub-action (setting one must keep the number of sub-actions).
+
+        When ``nvec`` differs between batch elements, the boxes nest along the batch dims
+        (a :class:`BoxList` per element, down to the dims where ``nvec`` stops varying).
+        """
+        return BoxList.from_nvec(self._varying_nvec())
+
+    def _varying_nvec(self) -> torch.Tensor:
+        """``nvec`` without the leading dims along which it does not vary."""
+        nvec = self.nvec if self._event_ndim else self.nvec.unsqueeze(-1)
+        while nvec.ndim > 1 and bool((nvec == nvec[:1]).all()):
+            nvec = nvec[0]
+        return nvec
 
     @space.setter
     def space(self, box: BoxList) -> None:
         _check_box(box, BoxList, type(self).__name__)
+        nested = torch.tensor(box.nvec, dtype=torch.int64, device=self.device)
+        if nested.ndim > 1:
+            try:
+                self.nvec = nested.expand(self.nvec.shape).clone()
+            except RuntimeError as err:
+                raise ValueError(
+                    f"{type(self).__name__}.space: nested boxes for nvec of shape "
+                    f"{tuple(nested.shape)} do not broadcast to {tuple(self.nvec.shape)}"
+                ) from err
+            return
         if len(box) != len(self._row()):
             raise ValueError(
                 f"{type(self).__name__}.space: expected {len(self._row())} boxes, got {len(box)}"

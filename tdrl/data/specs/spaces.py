@@ -64,23 +64,33 @@ class BinaryBox:
 class BoxList:
     """One :class:`CategoricalBox` per sub-action of a multi-discrete spec.
 
+    When the number of categories differs between batch elements, the boxes are nested:
+    one ``BoxList`` per element of the leading dim.
+
     Examples:
         >>> BoxList.from_nvec([2, 3]).nvec
         (2, 3)
+        >>> BoxList.from_nvec([[2, 3], [4, 5]]).nvec
+        ((2, 3), (4, 5))
     """
 
-    boxes: tuple[CategoricalBox, ...]
+    boxes: tuple[CategoricalBox | BoxList, ...]
 
     @classmethod
-    def from_nvec(cls, nvec: list[int] | tuple[int, ...] | torch.Tensor) -> BoxList:
-        """Build a box list from the number of categories of each sub-action."""
+    def from_nvec(cls, nvec: list | tuple | torch.Tensor) -> BoxList:
+        """Build a box list from the number of categories of each sub-action (nested lists nest)."""
         values = nvec.tolist() if isinstance(nvec, torch.Tensor) else list(nvec)
-        return cls(tuple(CategoricalBox(int(n)) for n in values))
+        return cls(
+            tuple(
+                cls.from_nvec(n) if isinstance(n, (list, tuple)) else CategoricalBox(int(n))
+                for n in values
+            )
+        )
 
     @property
-    def nvec(self) -> tuple[int, ...]:
-        """Number of categories of each sub-action."""
-        return tuple(box.n for box in self.boxes)
+    def nvec(self) -> tuple:
+        """Number of categories of each sub-action (nested tuples for nested boxes)."""
+        return tuple(box.nvec if isinstance(box, BoxList) else box.n for box in self.boxes)
 
     def __len__(self) -> int:
         return len(self.boxes)
