@@ -97,6 +97,9 @@ def test_stacked_composite_along_a_later_dim():
     td = spec.rand()
     assert td.batch_size == torch.Size((2, 2)) and spec.is_in(td)
     assert spec[:, 1] == specs[1]
+    assert spec.stack_dim == spec.dim == 1
+    leaves = torch.stack([Unbounded((2, 3)), Unbounded((2, 4))], -2)
+    assert leaves.stack_dim == 1 and leaves.shape == (2, 2, -1)
 
 
 def test_stacked_leaf_errors_and_projection():

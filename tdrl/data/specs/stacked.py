@@ -74,6 +74,11 @@ class _StackedMixin:
     def __len__(self) -> int:
         return len(self._elements)
 
+    @property
+    def stack_dim(self) -> int:
+        """The dim along which the elements are stacked (the same as ``dim``)."""
+        return self.dim
+
     def unbind(self, dim: int = 0) -> tuple:
         """The stacked elements when ``dim`` is the stack dim."""
         pos = dim + self._stack_ndim() if dim < 0 else dim
