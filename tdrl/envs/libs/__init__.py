@@ -11,6 +11,7 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.vmas import VmasEnv, VmasWrapper
 
 __all__ = [
     "GymEnv",
@@ -21,4 +22,6 @@ __all__ = [
     "default_info_dict_reader",
     "gym_backend",
     "set_gym_backend",
+    "VmasEnv",
+    "VmasWrapper",
 ]
