@@ -11,6 +11,7 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from tdrl.envs.libs.vmas import VmasEnv, VmasWrapper
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "GymWrapper",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
+    "PettingZooEnv",
+    "PettingZooWrapper",
     "VecGymEnvTransform",
     "default_info_dict_reader",
     "gym_backend",

@@ -140,14 +140,26 @@ def stack_values(values: Sequence[Any], dim: int) -> Any:
 
 
 def group_data(
-    per_agent: Sequence[dict], batch_size: torch.Size, heterogeneous: bool, device: Any
+    per_agent: Sequence[dict],
+    batch_size: torch.Size,
+    heterogeneous: bool,
+    device: Any,
+    dense: dict | None = None,
 ) -> TensorDictBase:
-    """A group's tensordict from each agent's entries (dicts of tensors / nested dicts)."""
+    """A group's tensordict from each agent's entries (dicts of tensors / nested dicts).
+
+    ``dense`` holds entries already stacked over the group's agents (rewards, flags).
+    """
     dim = len(batch_size)
     if heterogeneous:
         tds = [TensorDict(entries, batch_size=batch_size, device=device) for entries in per_agent]
-        return LazyStackedTensorDict(*tds, stack_dim=dim)
+        data = LazyStackedTensorDict(*tds, stack_dim=dim)
+        for key, value in (dense or {}).items():
+            data.set(key, value)
+        return data
     stacked = stack_values(per_agent, dim)
+    if dense:
+        stacked.update(dense)
     return TensorDict(stacked, batch_size=(*batch_size, len(per_agent)), device=device)
 
 

@@ -1,0 +1,705 @@
+"""PettingZoo environments as tdrl envs: :class:`PettingZooWrapper` and :class:`PettingZooEnv`.
+
+Both of PettingZoo's APIs are wrapped: *parallel* envs, where every live agent acts at each
+step, and *AEC* (agent-environment cycle) envs, where one agent acts at a time. Agents are
+gathered into groups (``group_map``); a group is a nested entry whose batch size is the number
+of its agents, holding ``"observation"`` (or the entries of a dict observation),
+``"action_mask"`` when the env reports legal actions, ``"action"``, ``"reward"``, ``"done"``,
+``"terminated"``, ``"truncated"`` and, with ``use_mask=True``, ``"mask"`` (which agents are
+active). ``"done"`` / ``"terminated"`` / ``"truncated"`` at the root aggregate the agents' flags.
+
+Follows the API of pettingzoo 1.27 (``AECEnv``, ``ParallelEnv``) and of mpe2 1.1 for the MPE
+tasks. pettingzoo is imported only when an env is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdrl.data.specs import Categorical, Composite, TensorSpec, Unbounded
+from tdrl.envs.gym_like import _EnvWrapper
+from tdrl.envs.libs._gym_spaces import is_dict_space, make_space_codec
+from tdrl.envs.libs._marl import (
+    ACTION_ERROR,
+    GroupedRandAction,
+    check_action_shape,
+    group_by_name_prefix,
+    group_data,
+    group_spec,
+    resolve_group_map,
+)
+
+__all__ = ["PettingZooEnv", "PettingZooWrapper"]
+
+_HAS_PETTINGZOO = importlib.util.find_spec("pettingzoo") is not None
+_MISSING = (
+    "{owner} needs the optional 'pettingzoo' package (pip install 'pettingzoo[classic]' mpe2)"
+)
+#: packages holding PettingZoo task modules (``<package>.<task>``), searched in this order
+_TASK_PACKAGES = (
+    "mpe2",
+    "pettingzoo.classic",
+    "pettingzoo.butterfly",
+    "pettingzoo.sisl",
+    "pettingzoo.atari",
+)
+_DEAD_AGENTS = (
+    "{owner}: agent(s) {agents} left the env while the episode goes on; their data would be "
+    "stale without a mask: build the env with use_mask=True"
+)
+_FLAGS = ("done", "terminated", "truncated")
+
+
+def _import_pettingzoo(owner: str) -> Any:
+    try:
+        import pettingzoo
+    except ImportError as err:
+        raise ImportError(_MISSING.format(owner=owner)) from err
+    return pettingzoo
+
+
+def _task_names() -> list[str]:
+    names = []
+    for package in _TASK_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(package)
+        except ImportError:
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for module in pkgutil.iter_modules(spec.submodule_search_locations):
+            if not module.ispkg and module.name.rsplit("_v", 1)[-1].isdigit():
+                names.append(module.name)
+    return sorted(set(names))
+
+
+class _AvailableTasks:
+    """Class-level attribute listing the PettingZoo task modules that are installed."""
+
+    def __get__(self, instance: Any, owner: type) -> list[str]:
+        return _task_names() if _HAS_PETTINGZOO else []
+
+
+def _task_module(task: str, owner: str) -> Any:
+    errors = []
+    for package in _TASK_PACKAGES:
+        name = f"{package}.{task}"
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError as err:
+            errors.append(f"{package}: {err}")
+            continue
+        if found:
+            return importlib.import_module(name)
+    hint = f" ({'; '.join(errors)})" if errors else ""
+    raise ValueError(
+        f"{owner} task: expected one of {owner}.available_envs (a module of "
+        f"{', '.join(_TASK_PACKAGES)}), got {task!r}{hint}"
+    )
+
+
+def default_pettingzoo_group_map(agent_names: list[str]) -> dict[str, list[str]]:
+    """PettingZoo's default grouping: ``"<prefix>_<int>"`` agents by prefix, others alone.
+
+    Examples:
+        >>> default_pettingzoo_group_map(["adversary_0", "agent_0", "agent_1"])
+        {'adversary': ['adversary_0'], 'agent': ['agent_0', 'agent_1']}
+    """
+    return group_by_name_prefix(agent_names)
+
+
+# ------------------------------------------------------------------------ observations
+def _leaf_paths(space: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    if is_dict_space(space):
+        out = []
+        for key, sub in space.spaces.items():
+            out.extend(_leaf_paths(sub, (*path, str(key))))
+        return out
+    return [(path, space)]
+
+
+def _observation_layout(space: Any) -> list[tuple[tuple, tuple, Any]]:
+    """``(key in the group, path in the raw observation, leaf space)`` of each observed entry.
+
+    A dict observation with an ``"observation"`` entry (PettingZoo's classic games) gives its
+    entries directly (``"observation"``, ``"action_mask"``, ...); another dict observation goes
+    under ``"observation"``; any other space is ``"observation"``.
+    """
+    if is_dict_space(space) and "observation" in space.spaces:
+        return [(path, path, leaf) for path, leaf in _leaf_paths(space)]
+    return [(("observation", *path), path, leaf) for path, leaf in _leaf_paths(space)]
+
+
+def _nest(flat: Mapping[tuple, Any]) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return out
+
+
+def _dig(value: Any, path: tuple) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+# --------------------------------------------------------------------------- actions
+def _action_writer(
+    space: Any, categorical: bool, key: tuple, agent: str, owner: str
+) -> Callable[[np.ndarray], Any]:
+    """How an agent's row of the group's action (numpy) becomes what PettingZoo's ``step`` takes.
+
+    Discrete actions are checked against the space (a ValueError names the key and agent);
+    array actions are copied, so that an env editing its action in place leaves the data intact.
+    """
+    if type(space).__name__ == "Discrete":
+        n, start = int(space.n), int(getattr(space, "start", 0))
+
+        def check(index: int) -> int:
+            if not 0 <= index < n:
+                raise ValueError(
+                    ACTION_ERROR.format(
+                        env=owner,
+                        key=key,
+                        expected=f"an action in [0, {n}) for agent {agent!r}",
+                        got=index,
+                    )
+                )
+            return index + start
+
+        if categorical:
+            return lambda value: check(int(value))
+        return lambda value: check(int(value.argmax()))
+    codec = make_space_codec(space, (), categorical)
+    write_numpy = codec.write_numpy
+    if write_numpy is not None:
+        return lambda row: write_numpy(np.array(row))
+    return lambda row: codec.write(torch.from_numpy(np.array(row)))
+
+
+class _Group:
+    """One group's layout and the per-agent conversions of its data."""
+
+    def __init__(
+        self, name: str, agents: list[str], env: Any, categorical: bool, owner: str
+    ) -> None:
+        self.name = name
+        self.agents = agents
+        self.n = len(agents)
+        self.action_key = (name, "action")
+        self.writers = []
+        self.layouts = []
+        self.readers = []
+        action_specs, observation_specs = [], []
+        for agent in agents:
+            action_space = env.action_space(agent)
+            action_specs.append(
+                Composite(action=make_space_codec(action_space, (), categorical).spec)
+            )
+            self.writers.append(
+                _action_writer(action_space, categorical, self.action_key, agent, owner)
+            )
+            layout = _observation_layout(env.observation_space(agent))
+            readers = {}
+            entries = {}
+            for key, path, leaf in layout:
+                codec = make_space_codec(leaf, (), False)
+                spec = codec.spec
+                if key == ("action_mask",):
+                    spec = Categorical(2, spec.shape, dtype=torch.bool)
+                    reader = _mask_reader(codec.read)
+                else:
+                    reader = codec.read
+                readers[key] = (path, reader)
+                entries[key] = spec
+            self.layouts.append(layout)
+            self.readers.append(readers)
+            observation_specs.append(Composite(_nest(entries)))
+        self.action_spec, het_action = group_spec(action_specs, 0)
+        self.observation_spec, het_observation = group_spec(observation_specs, 0)
+        self.heterogeneous = het_action or het_observation
+        self.action_shape = None if het_action else self.action_spec["action"].shape
+        self.has_action_mask = all(("action_mask",) in readers for readers in self.readers)
+        # a dense discrete action spec whose mask has the action mask's shape
+        action = None if het_action else self.action_spec["action"]
+        self.masks_actions = bool(
+            self.has_action_mask
+            and not self.heterogeneous
+            and hasattr(action, "update_mask")
+            and tuple(self.observation_spec["action_mask"].shape) == (self.n, action.n)
+        )
+        self.mask_shapes = [
+            spec["action_mask"].shape if self.has_action_mask else None
+            for spec in observation_specs
+        ]
+        self.last: list[dict] = [{} for _ in agents]
+
+    def read_observations(self, observations: Mapping, acting: str | None) -> list[dict]:
+        """Each agent's observed entries; absent agents keep their last ones.
+
+        ``acting`` (AEC envs) is the agent to act next: the action masks of the others are
+        all True, as they cannot act.
+        """
+        out = []
+        for j, agent in enumerate(self.agents):
+            raw = observations.get(agent)
+            if raw is None:
+                entries = self.last[j]
+            else:
+                entries = {
+                    key: reader(_dig(raw, path)) for key, (path, reader) in self.readers[j].items()
+                }
+                self.last[j] = entries
+            if acting is not None and self.has_action_mask and agent != acting:
+                entries = dict(entries)
+                entries[("action_mask",)] = torch.ones(self.mask_shapes[j], dtype=torch.bool)
+            out.append(entries)
+        return out
+
+    def actions(self, tensordict: TensorDictBase, owner: str) -> Any:
+        """The rows of the group's action (numpy), one per agent."""
+        if self.heterogeneous:
+            agents = tensordict.get(self.name).unbind(0)
+            return [_numpy(td.get("action")) for td in agents]
+        action = check_action_shape(
+            owner, self.action_key, tensordict.get(self.action_key, None), self.action_shape
+        )
+        return _numpy(action)
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().cpu().numpy()
+
+
+def _mask_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    return lambda value: read(value).to(torch.bool)
+
+
+class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
+    """Wraps a PettingZoo env (parallel or AEC) as a multi-agent tdrl env (batch size ``[]``).
+
+    Each group of ``group_map`` is a nested entry with batch size ``[n_agents_in_group]``:
+    ``"observation"`` (a dict observation holding ``"observation"``, as in PettingZoo's classic
+    games, gives its entries directly, e.g. ``"action_mask"``), ``"action"`` (integer actions
+    for discrete spaces with ``categorical_actions``, one-hot otherwise), ``"reward"``,
+    ``"done"``, ``"terminated"``, ``"truncated"`` (shape ``(n, 1)``) and, with ``use_mask``,
+    ``"mask"``: which agents act next (AEC: the agent whose turn it is; parallel: the agents
+    still in the env, so an agent that has just ended is masked).
+    ``"action_mask"`` is boolean; in AEC envs the agents not to act get an all-True mask (their
+    action is ignored). The root ``"done"`` is the ``any`` (``done_on_any=True``) or the ``all``
+    of the agents' flags; with ``return_state`` the root also holds ``"state"`` (``env.state()``).
+
+    In AEC envs a step applies the action of the agent whose turn it is, then steps the agents
+    that are done with ``None`` (as PettingZoo requires) until a live agent is to act. In
+    parallel envs, agents that leave the env before the episode ends need ``use_mask=True``
+    (they are then masked, done, and keep their last observation); otherwise a ValueError is
+    raised.
+
+    Args:
+        env: the PettingZoo env (``AECEnv`` or ``ParallelEnv``).
+        return_state: add the env's global ``"state"`` at the root.
+        group_map: None (agents named ``"<prefix>_<int>"`` grouped by prefix), a
+            :class:`~tdrl.envs.MarlGroupMapType` or a dict of group name -> agent names.
+        use_mask: add each group's ``"mask"`` entry (needed for envs whose agents come and go).
+        categorical_actions: discrete actions as integers instead of one-hot vectors.
+        seed: seed the env (``reset(seed=...)``) when built.
+        done_on_any: root flags as ``any`` (True) or ``all`` (False) of the agents'; default
+            ``any`` for parallel envs and ``all`` for AEC envs.
+
+    Keyword Args:
+        device: the device of the data.
+        run_type_checks, allow_done_after_reset, spec_locked: see :class:`~tdrl.envs.EnvBase`.
+
+    Examples:
+        >>> from mpe2 import simple_spread_v3
+        >>> env = PettingZooWrapper(simple_spread_v3.parallel_env(N=2), seed=0)
+        >>> env.group_map
+        {'agent': ['agent_0', 'agent_1']}
+        >>> td = env.rollout(3)
+        >>> td["next", "agent", "observation"].shape, td["next", "agent", "reward"].shape
+        (torch.Size([3, 2, 12]), torch.Size([3, 2, 1]))
+    """
+
+    git_url = "https://github.com/Farama-Foundation/PettingZoo"
+    libname = "pettingzoo"
+    available_envs = _AvailableTasks()
+
+    def __init__(
+        self,
+        env: Any = None,
+        return_state: bool = False,
+        group_map: Any = None,
+        use_mask: bool = False,
+        categorical_actions: bool = True,
+        seed: int | None = None,
+        done_on_any: bool | None = None,
+        *,
+        device: Any = None,
+        batch_size: Any = None,
+        run_type_checks: bool = False,
+        allow_done_after_reset: bool = False,
+        spec_locked: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if env is not None:
+            kwargs["env"] = env
+        if batch_size is not None and torch.Size(batch_size) != torch.Size([]):
+            raise ValueError(
+                f"{type(self).__name__} batch_size: a PettingZoo env is not batched, expected "
+                f"() (use SerialEnv / ParallelEnv for batches), got {tuple(batch_size)}"
+            )
+        config = self.__dict__
+        config["return_state"] = bool(return_state)
+        config["_requested_group_map"] = group_map
+        config["use_mask"] = bool(use_mask)
+        config["categorical_actions"] = bool(categorical_actions)
+        config["_seed"] = seed
+        config["_requested_done_on_any"] = done_on_any
+        super().__init__(
+            device=device,
+            run_type_checks=run_type_checks,
+            allow_done_after_reset=allow_done_after_reset,
+            spec_locked=spec_locked,
+            **kwargs,
+        )
+
+    @property
+    def lib(self) -> Any:
+        """The pettingzoo module."""
+        return _import_pettingzoo(type(self).__name__)
+
+    # ------------------------------------------------------------------ building
+    def _check_kwargs(self, kwargs: dict) -> None:
+        env = kwargs.get("env")
+        if env is None:
+            raise TypeError(f"{type(self).__name__} needs a PettingZoo env (env=...)")
+        missing = [
+            name
+            for name in ("possible_agents", "observation_space", "action_space", "step", "reset")
+            if not hasattr(env, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"{type(self).__name__} env: expected a PettingZoo AECEnv or ParallelEnv, got "
+                f"{type(env).__name__} without {missing}"
+            )
+
+    def _build_env(self, env: Any) -> Any:
+        return env
+
+    def _make_specs(self, env: Any) -> None:
+        name = type(self).__name__
+        self.parallel = not hasattr(env, "last")
+        done_on_any = self._requested_done_on_any
+        self.done_on_any = self.parallel if done_on_any is None else bool(done_on_any)
+        self.possible_agents = list(env.possible_agents)
+        self.group_map = resolve_group_map(
+            self._requested_group_map,
+            self.possible_agents,
+            default_pettingzoo_group_map,
+            name,
+        )
+        self._groups = [
+            _Group(group, agents, env, self.categorical_actions, name)
+            for group, agents in self.group_map.items()
+        ]
+        self.has_action_mask = {group.name: group.has_action_mask for group in self._groups}
+        self.het_specs_map = {group.name: group.heterogeneous for group in self._groups}
+        self.het_specs = any(self.het_specs_map.values())
+        action_specs, observation_specs, reward_specs, done_specs = {}, {}, {}, {}
+        for group in self._groups:
+            n = group.n
+            action_specs[group.name] = group.action_spec
+            observation = group.observation_spec
+            if self.use_mask:
+                observation = observation.clone()
+                observation.unlock_()
+                observation["mask"] = Categorical(2, (n,), dtype=torch.bool)
+            observation_specs[group.name] = observation
+            reward_specs[group.name] = Composite(reward=Unbounded((n, 1)), shape=(n,))
+            flag = Categorical(2, (n, 1), dtype=torch.bool)
+            done_specs[group.name] = Composite({key: flag.clone() for key in _FLAGS}, shape=(n,))
+        if self.return_state:
+            observation_specs["state"] = self._state_spec(env)
+        flag = Categorical(2, (1,), dtype=torch.bool)
+        done_specs.update({key: flag.clone() for key in _FLAGS})
+        self.full_action_spec = Composite(action_specs)
+        self.full_observation_spec = Composite(observation_specs)
+        self.full_reward_spec = Composite(reward_specs)
+        self.full_done_spec = Composite(done_specs)
+
+    def _state_spec(self, env: Any) -> TensorSpec:
+        space = getattr(env, "state_space", None)
+        if space is not None:
+            codec = make_space_codec(space, (), False)
+        else:
+            env.reset(seed=self._seed)
+            value = np.asarray(env.state())
+            codec = make_space_codec(_BoxLike(value), (), False)
+        self.__dict__["_state_reader"] = codec.read
+        return codec.spec
+
+    def _init_env(self) -> None:
+        if self._seed is not None:
+            self._env.reset(seed=self._seed)
+
+    # ------------------------------------------------------------------ protocol
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:
+            self._env.reset(seed=int(seed))
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        if tensordict is not None:
+            root = tensordict.get("_reset", None)
+            if root is not None and not root.any():
+                # some agents are done but the episode goes on: nothing to reset
+                return tensordict
+        env = self._env
+        result = env.reset(**kwargs)
+        if self.parallel:
+            observations = result[0] if isinstance(result, tuple) else result
+            acting = None
+            live = set(observations)
+        else:
+            acting = env.agent_selection
+            live = set(env.agents)
+            observations = {agent: env.observe(agent) for agent in live}
+        self._last_flags = {}
+        false = dict.fromkeys(live, False)
+        return self._output(observations, acting, live, None, false, false)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.parallel:
+            return self._step_parallel(tensordict)
+        return self._step_aec(tensordict)
+
+    def _agent_actions(self, tensordict: TensorDictBase, wanted: Any) -> dict:
+        name = type(self).__name__
+        actions = {}
+        for group in self._groups:
+            rows = None
+            for j, agent in enumerate(group.agents):
+                if agent in wanted:
+                    if rows is None:
+                        rows = group.actions(tensordict, name)
+                    actions[agent] = group.writers[j](rows[j])
+        return actions
+
+    def _step_parallel(self, tensordict: TensorDictBase) -> TensorDictBase:
+        env = self._env
+        actions = self._agent_actions(tensordict, set(env.agents))
+        observations, rewards, terminated, truncated, _ = env.step(actions)
+        present = set(observations)
+        if not self.use_mask and len(present) < len(self.possible_agents):
+            if not all(terminated.get(a, False) or truncated.get(a, False) for a in present):
+                dead = sorted(set(self.possible_agents) - present)
+                raise ValueError(_DEAD_AGENTS.format(owner=type(self).__name__, agents=dead))
+        # the agents that act at the next step (those that just ended are masked already)
+        live = set(env.agents)
+        return self._output(observations, None, live, rewards, terminated, truncated)
+
+    def _step_aec(self, tensordict: TensorDictBase) -> TensorDictBase:
+        env = self._env
+        agent = env.agent_selection
+        if env.terminations.get(agent, False) or env.truncations.get(agent, False):
+            env.step(None)
+        else:
+            env.step(self._agent_actions(tensordict, (agent,))[agent])
+        rewards = dict(env.rewards)
+        terminated = dict(env.terminations)
+        truncated = dict(env.truncations)
+        ended = all(terminated[a] or truncated[a] for a in terminated)
+        while env.agents and not ended:
+            selected = env.agent_selection
+            if not (env.terminations[selected] or env.truncations[selected]):
+                break
+            env.step(None)
+        live = set(env.agents)
+        observations = {a: env.observe(a) for a in live}
+        acting = env.agent_selection if env.agents else None
+        return self._output(observations, acting, live, rewards, terminated, truncated)
+
+    def _agent_flags(self, agent: str, terminated: Mapping, truncated: Mapping) -> tuple:
+        """``(terminated, truncated)`` of an agent.
+
+        An agent that left the env keeps its last flags (terminated if it left without
+        reporting an end).
+        """
+        if agent in terminated or agent in truncated:
+            flags = (bool(terminated.get(agent, False)), bool(truncated.get(agent, False)))
+            self._last_flags[agent] = flags
+            return flags
+        term, trunc = self._last_flags.get(agent, (False, False))
+        return (term or not trunc, trunc)
+
+    def _output(
+        self,
+        observations: Mapping,
+        acting: str | None,
+        live: set,
+        rewards: Mapping | None,
+        terminated: Mapping,
+        truncated: Mapping,
+    ) -> TensorDictBase:
+        """The step (or reset) data from PettingZoo's per-agent dicts.
+
+        Agents without flags in ``terminated`` / ``truncated`` have left the env: they stay
+        done with their last flags and keep their last observation.
+        """
+        out: dict = {}
+        any_done = any_trunc = any_term = False
+        all_done = True
+        for group in self._groups:
+            per_agent = group.read_observations(observations, acting)
+            flags = np.array(
+                [self._agent_flags(agent, terminated, truncated) for agent in group.agents],
+                dtype=bool,
+            ).reshape(group.n, 2, 1)
+            term, trunc = flags[:, 0], flags[:, 1]
+            done = term | trunc
+            any_done = any_done or bool(done.any())
+            any_term = any_term or bool(term.any())
+            any_trunc = any_trunc or bool(trunc.any())
+            all_done = all_done and bool(done.all())
+            dense = {
+                "terminated": torch.from_numpy(flags[:, 0]),
+                "truncated": torch.from_numpy(flags[:, 1]),
+                "done": torch.from_numpy(done),
+            }
+            if rewards is not None:
+                reward = [[rewards.get(agent, 0.0)] for agent in group.agents]
+                dense["reward"] = torch.from_numpy(np.array(reward, dtype=np.float32))
+            if self.use_mask:
+                if self.parallel:
+                    mask = [agent in live for agent in group.agents]
+                else:
+                    mask = [agent == acting for agent in group.agents]
+                dense["mask"] = torch.from_numpy(np.array(mask, dtype=bool))
+            data = group_data(
+                [_nest(entries) for entries in per_agent],
+                torch.Size([]),
+                group.heterogeneous,
+                self.device,
+                dense,
+            )
+            if group.masks_actions:
+                # random actions (rand_action) then pick legal moves only
+                self.full_action_spec[group.action_key].update_mask(data.get("action_mask"))
+            out[group.name] = data
+        if self.done_on_any:
+            done, terminated_root, truncated_root = any_done, any_term, any_trunc
+        else:
+            # the episode ends when every agent is done; it is cut short if any was truncated
+            done = all_done
+            truncated_root = all_done and any_trunc
+            terminated_root = all_done and not any_trunc
+        root = torch.from_numpy(np.array([done, terminated_root, truncated_root]))
+        out["done"], out["terminated"], out["truncated"] = root[0:1], root[1:2], root[2:3]
+        if self.return_state:
+            out["state"] = self._state_reader(self._env.state())
+        return TensorDict(out, batch_size=(), device=self.device)
+
+
+class _BoxLike:
+    """A Box-like space of a state array, for envs that do not declare a ``state_space``."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.shape = value.shape
+        self.dtype = value.dtype if value.dtype != np.float64 else np.dtype(np.float32)
+        self.low = np.full(value.shape, -np.inf, dtype=self.dtype)
+        self.high = np.full(value.shape, np.inf, dtype=self.dtype)
+
+
+class PettingZooEnv(PettingZooWrapper):
+    """Builds a PettingZoo task by name and wraps it (see :class:`PettingZooWrapper`).
+
+    The task module is looked up in mpe2 (MPE tasks), then in pettingzoo's ``classic``,
+    ``butterfly``, ``sisl`` and ``atari`` families; ``parallel=True`` builds
+    ``module.parallel_env(**kwargs)``, ``parallel=False`` ``module.env(**kwargs)``.
+    Requires the optional ``pettingzoo`` package (and ``mpe2`` for MPE tasks).
+
+    Args:
+        task: the task module name, e.g. ``"tictactoe_v3"`` or ``"simple_spread_v3"``.
+        parallel: build the parallel API of the task (else its AEC API).
+        return_state, group_map, use_mask, categorical_actions, seed, done_on_any: see
+            :class:`PettingZooWrapper`.
+        **kwargs: arguments of the task's constructor (``N=...``, ``max_cycles=...``).
+
+    Keyword Args:
+        device, run_type_checks, allow_done_after_reset, spec_locked: see
+            :class:`PettingZooWrapper`.
+
+    Examples:
+        >>> env = PettingZooEnv("tictactoe_v3", parallel=False, use_mask=True, seed=0)
+        >>> env.group_map
+        {'player': ['player_1', 'player_2']}
+        >>> td = env.reset()
+        >>> td["player", "mask"], td["player", "action_mask"].shape
+        (tensor([ True, False]), torch.Size([2, 9]))
+    """
+
+    def __init__(
+        self,
+        task: str,
+        parallel: bool,
+        return_state: bool = False,
+        group_map: Any = None,
+        use_mask: bool = False,
+        categorical_actions: bool = True,
+        seed: int | None = None,
+        done_on_any: bool | None = None,
+        *,
+        device: Any = None,
+        batch_size: Any = None,
+        run_type_checks: bool = False,
+        allow_done_after_reset: bool = False,
+        spec_locked: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if not _HAS_PETTINGZOO:
+            raise ImportError(_MISSING.format(owner=type(self).__name__))
+        if not isinstance(task, str):
+            raise TypeError(f"PettingZooEnv task: expected a task name, got {type(task).__name__}")
+        self.__dict__["task"] = task
+        super().__init__(
+            None,
+            return_state,
+            group_map,
+            use_mask,
+            categorical_actions,
+            seed,
+            done_on_any,
+            device=device,
+            batch_size=batch_size,
+            run_type_checks=run_type_checks,
+            allow_done_after_reset=allow_done_after_reset,
+            spec_locked=spec_locked,
+            task=task,
+            parallel=bool(parallel),
+            **kwargs,
+        )
+
+    def _check_kwargs(self, kwargs: dict) -> None:
+        pass
+
+    def _build_env(self, task: str, parallel: bool, **kwargs: Any) -> Any:
+        module = _task_module(task, type(self).__name__)
+        api = "parallel_env" if parallel else "env"
+        build = getattr(module, api, None)
+        if build is None:
+            raise ValueError(
+                f"PettingZooEnv parallel={parallel}: task {task!r} has no {api}() "
+                f"(build it with parallel={not parallel})"
+            )
+        return build(**kwargs)
