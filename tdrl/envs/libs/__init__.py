@@ -11,6 +11,7 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from tdrl.envs.libs.vmas import VmasEnv, VmasWrapper
 
@@ -19,6 +20,8 @@ __all__ = [
     "GymWrapper",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
+    "OpenSpielEnv",
+    "OpenSpielWrapper",
     "PettingZooEnv",
     "PettingZooWrapper",
     "VecGymEnvTransform",

@@ -9,6 +9,7 @@ per-agent specs and its data a lazy stack of per-agent tensordicts (``het_specs`
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -161,6 +162,26 @@ def group_data(
     if dense:
         stacked.update(dense)
     return TensorDict(stacked, batch_size=(*batch_size, len(per_agent)), device=device)
+
+
+class BackendModule:
+    """Class (and instance) attribute giving a backend module, imported when first read.
+
+    Reading it raises an ImportError naming the pip package when the backend is missing.
+    """
+
+    def __init__(self, module: str, package: str) -> None:
+        self.module = module
+        self.package = package
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        try:
+            return importlib.import_module(self.module)
+        except ImportError as err:
+            raise ImportError(
+                f"{owner.__name__} needs the optional {self.package!r} package "
+                f"(pip install {self.package})"
+            ) from err
 
 
 class GroupedRandAction:

@@ -29,6 +29,7 @@ from tdrl.envs.gym_like import _EnvWrapper
 from tdrl.envs.libs._gym_spaces import is_dict_space, make_space_codec
 from tdrl.envs.libs._marl import (
     ACTION_ERROR,
+    BackendModule,
     GroupedRandAction,
     check_action_shape,
     group_by_name_prefix,
@@ -56,14 +57,6 @@ _DEAD_AGENTS = (
     "stale without a mask: build the env with use_mask=True"
 )
 _FLAGS = ("done", "terminated", "truncated")
-
-
-def _import_pettingzoo(owner: str) -> Any:
-    try:
-        import pettingzoo
-    except ImportError as err:
-        raise ImportError(_MISSING.format(owner=owner)) from err
-    return pettingzoo
 
 
 def _task_names() -> list[str]:
@@ -333,6 +326,7 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
 
     git_url = "https://github.com/Farama-Foundation/PettingZoo"
     libname = "pettingzoo"
+    lib = BackendModule("pettingzoo", "pettingzoo")
     available_envs = _AvailableTasks()
 
     def __init__(
@@ -373,11 +367,6 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
             spec_locked=spec_locked,
             **kwargs,
         )
-
-    @property
-    def lib(self) -> Any:
-        """The pettingzoo module."""
-        return _import_pettingzoo(type(self).__name__)
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:

@@ -27,6 +27,7 @@ from tdrl.envs.gym_like import _EnvWrapper
 from tdrl.envs.libs._gym_spaces import gym_space_to_spec
 from tdrl.envs.libs._marl import (
     ACTION_ERROR,
+    BackendModule,
     GroupedRandAction,
     check_action_shape,
     group_by_name_prefix,
@@ -42,21 +43,13 @@ _AGENT_DIM = 1  # data is (num_envs, n_agents_in_group, ...)
 _MISSING_VMAS = "{owner} needs the optional 'vmas' package (pip install vmas)"
 
 
-def _import_vmas(owner: str) -> Any:
-    try:
-        import vmas
-    except ImportError as err:
-        raise ImportError(_MISSING_VMAS.format(owner=owner)) from err
-    return vmas
-
-
 class _AvailableScenarios:
     """Class-level attribute listing VMAS's scenarios (empty when vmas is not installed)."""
 
     def __get__(self, instance: Any, owner: type) -> list[str]:
         if not _HAS_VMAS:
             return []
-        vmas = _import_vmas(owner.__name__)
+        vmas = owner.lib
         return [*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios]
 
 
@@ -158,6 +151,7 @@ class VmasWrapper(GroupedRandAction, _EnvWrapper):
 
     git_url = "https://github.com/proroklab/VectorizedMultiAgentSimulator"
     libname = "vmas"
+    lib = BackendModule("vmas", "vmas")
     available_envs = _AvailableScenarios()
 
     def __init__(
@@ -187,11 +181,6 @@ class VmasWrapper(GroupedRandAction, _EnvWrapper):
             spec_locked=spec_locked,
             **kwargs,
         )
-
-    @property
-    def lib(self) -> Any:
-        """The vmas module."""
-        return _import_vmas(type(self).__name__)
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
@@ -528,8 +517,7 @@ class VmasEnv(VmasWrapper):
             )
 
     def _build_env(self, scenario: Any, num_envs: int, **kwargs: Any) -> Any:
-        vmas = _import_vmas(type(self).__name__)
-        return vmas.make_env(
+        return self.lib.make_env(
             scenario=scenario,
             num_envs=num_envs,
             device=self._device,
