@@ -99,6 +99,25 @@ def _task_module(task: str, owner: str) -> Any:
     )
 
 
+def _from_registry(task: str, parallel: bool, kwargs: dict) -> Any:
+    """The env built by PettingZoo's registry (pettingzoo >= 1.27), or None if not registered.
+
+    Registered ids read ``"<family>/<name>-v<version>"`` for the task ``"<name>_v<version>"``.
+    """
+    import pettingzoo
+
+    api = "parallel" if parallel else "aec"
+    registry = getattr(pettingzoo, f"{api}_registry", None)
+    name, _, version = task.rpartition("_v")
+    if registry is None or not name or not version.isdigit():
+        return None
+    suffix = f"{name}-v{version}"
+    for env_id in registry:
+        if env_id == suffix or env_id.endswith(f"/{suffix}"):
+            return pettingzoo.make(api, env_id, **kwargs)
+    return None
+
+
 def default_pettingzoo_group_map(agent_names: list[str]) -> dict[str, list[str]]:
     """PettingZoo's default grouping: ``"<prefix>_<int>"`` agents by prefix, others alone.
 
@@ -613,9 +632,11 @@ class _BoxLike:
 class PettingZooEnv(PettingZooWrapper):
     """Builds a PettingZoo task by name and wraps it (see :class:`PettingZooWrapper`).
 
-    The task module is looked up in mpe2 (MPE tasks), then in pettingzoo's ``classic``,
-    ``butterfly``, ``sisl`` and ``atari`` families; ``parallel=True`` builds
-    ``module.parallel_env(**kwargs)``, ``parallel=False`` ``module.env(**kwargs)``.
+    A task registered in PettingZoo's registry (pettingzoo >= 1.27) is built with
+    ``pettingzoo.make``; otherwise its module is looked up in mpe2 (MPE tasks), then in
+    pettingzoo's ``classic``, ``butterfly``, ``sisl`` and ``atari`` families, and
+    ``parallel=True`` builds ``module.parallel_env(**kwargs)``, ``parallel=False``
+    ``module.env(**kwargs)``.
     Requires the optional ``pettingzoo`` package (and ``mpe2`` for MPE tasks).
 
     Args:
@@ -683,6 +704,9 @@ class PettingZooEnv(PettingZooWrapper):
         pass
 
     def _build_env(self, task: str, parallel: bool, **kwargs: Any) -> Any:
+        env = _from_registry(task, parallel, kwargs)
+        if env is not None:
+            return env
         module = _task_module(task, type(self).__name__)
         api = "parallel_env" if parallel else "env"
         build = getattr(module, api, None)
