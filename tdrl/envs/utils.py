@@ -45,6 +45,7 @@ _LIBRARIES = (
     "gym",
     "dm_control",
     "pettingzoo",
+    "mpe2",
     "vmas",
     "envpool",
     "open_spiel",

@@ -331,3 +331,11 @@ def test_importing_the_wrapper_does_not_import_pettingzoo():
     code = "import sys, tdrl.envs.libs.pettingzoo; print('pettingzoo' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_tdrl_info_lists_the_multi_agent_backends():
+    from tdrl.envs.utils import get_available_libraries
+
+    libraries = get_available_libraries()
+    assert libraries["pettingzoo"] and libraries["mpe2"]
+    assert {"vmas", "open_spiel", "meltingpot", "smacv2"} <= set(libraries)
