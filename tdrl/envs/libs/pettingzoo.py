@@ -452,9 +452,13 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         if space is not None:
             codec = make_space_codec(space, (), False)
         else:
+            import gymnasium
+
             env.reset(seed=self._seed)
             value = np.asarray(env.state())
-            codec = make_space_codec(_BoxLike(value), (), False)
+            dtype = np.float32 if value.dtype == np.float64 else value.dtype
+            space = gymnasium.spaces.Box(-np.inf, np.inf, value.shape, dtype)
+            codec = make_space_codec(space, (), False)
         self.__dict__["_state_reader"] = codec.read
         return codec.spec
 
@@ -617,16 +621,6 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         if self.return_state:
             out["state"] = self._state_reader(self._env.state())
         return TensorDict(out, batch_size=(), device=self.device)
-
-
-class _BoxLike:
-    """A Box-like space of a state array, for envs that do not declare a ``state_space``."""
-
-    def __init__(self, value: np.ndarray) -> None:
-        self.shape = value.shape
-        self.dtype = value.dtype if value.dtype != np.float64 else np.dtype(np.float32)
-        self.low = np.full(value.shape, -np.inf, dtype=self.dtype)
-        self.high = np.full(value.shape, np.inf, dtype=self.dtype)
 
 
 class PettingZooEnv(PettingZooWrapper):

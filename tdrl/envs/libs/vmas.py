@@ -101,6 +101,15 @@ def _to_vmas_action(spec: TensorSpec) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda action: to_categorical(action)
 
 
+def _bounds(spec: TensorSpec) -> str:
+    """The range of an action spec, as text."""
+    space = getattr(spec, "space", None)
+    low, high = getattr(space, "low", None), getattr(space, "high", None)
+    if low is None or high is None:
+        return f"the action spec ({type(spec).__name__})"
+    return f"[{low.min().item()}, {high.max().item()}]"
+
+
 @dataclass
 class _Group:
     """The layout of one group: its agents, their positions in VMAS's list, their specs."""
@@ -384,7 +393,7 @@ class VmasWrapper(GroupedRandAction, _EnvWrapper):
                     ACTION_ERROR.format(
                         env=name,
                         key=key,
-                        expected=f"values in {spec}",
+                        expected=f"values in {_bounds(spec)}",
                         got=f"values in [{value.min().item()}, {value.max().item()}]",
                     )
                     + f" (VMAS: {err})"

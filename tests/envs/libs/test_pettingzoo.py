@@ -68,6 +68,9 @@ class FadingAgents(PZParallelEnv):
         self.t = 0
         return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
 
+    def state(self):
+        return np.array([self.t, len(self.agents)], dtype=np.float64)
+
     def step(self, actions):
         assert set(actions) == set(self.agents), (actions, self.agents)
         self.t += 1
@@ -141,6 +144,13 @@ def test_return_state_is_the_env_state():
     assert td["state"].dtype == torch.float32
     data = env.rollout(3)
     np.testing.assert_allclose(data["next", "state"][-1].numpy(), env._env.state())
+
+
+def test_return_state_without_declared_state_space():
+    env = PettingZooWrapper(FadingAgents(), use_mask=True, return_state=True, done_on_any=False)
+    assert env.full_observation_spec["state"].dtype == torch.float32
+    data = env.rollout(3, break_when_any_done=False)
+    assert data["next", "state"].tolist() == [[1.0, 3.0], [2.0, 2.0], [3.0, 2.0]]
 
 
 def test_seeded_rollouts_are_identical():
