@@ -19,12 +19,9 @@ from tdrl.envs import (
     TransformedEnv,
     check_env_specs,
 )
+from tdrl.envs.libs import openspiel as openspiel_module
+from tdrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from tests.envs.conformance import EnvConformance
-
-pyspiel = pytest.importorskip("pyspiel")
-
-from tdrl.envs.libs import openspiel as openspiel_module  # noqa: E402
-from tdrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper  # noqa: E402
 
 
 def play(env, moves):

@@ -7,6 +7,8 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
+from pettingzoo.utils.env import ParallelEnv as PZParallelEnv
 
 from tdrl.collectors import SyncDataCollector
 from tdrl.data import Categorical, OneHot
@@ -19,15 +21,9 @@ from tdrl.envs import (
     TransformedEnv,
     check_env_specs,
 )
+from tdrl.envs.libs import pettingzoo as pz_module
+from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from tests.envs.conformance import EnvConformance
-
-pettingzoo = pytest.importorskip("pettingzoo")
-mpe2 = pytest.importorskip("mpe2")
-from gymnasium import spaces  # noqa: E402
-from pettingzoo.utils.env import ParallelEnv as PZParallelEnv  # noqa: E402
-
-from tdrl.envs.libs import pettingzoo as pz_module  # noqa: E402
-from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -265,6 +261,46 @@ def test_leaving_agents_with_mask(done_on_any):
     # the action mask comes from the observation and restricts random actions
     assert data["a", "action_mask"].shape == data["a", "mask"].shape + (3,)
     assert (data["a", "action"] < 2).all()
+
+
+def make_kaz(**kwargs):
+    """Knights, archers and zombies with agents that die early (they die at the walls)."""
+    return PettingZooEnv(
+        "knights_archers_zombies_v11",
+        seed=0,
+        spawn_delay=2,
+        line_death=True,
+        max_cycles=150,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_agents_dying_in_a_real_game(parallel):
+    env = make_kaz(parallel=parallel, use_mask=True, done_on_any=False)
+    assert env.group_map == {"archer": ["archer_0", "archer_1"], "knight": ["knight_0", "knight_1"]}
+    data = env.rollout(150, break_when_any_done=False)
+    mask = torch.cat([data["next", "archer", "mask"], data["next", "knight", "mask"]], -1)
+    done = torch.cat([data["next", "archer", "done"], data["next", "knight", "done"]], -2)
+    done = done.squeeze(-1)
+    root_done = data["next", "done"].squeeze(-1)
+    if parallel:
+        # masked agents are exactly the done ones; some die while the game goes on
+        assert torch.equal(~mask, done)
+        partial = (done.any(-1) & ~done.all(-1)) & ~root_done
+        assert partial.any()
+        assert (root_done == done.all(-1)).all()
+    else:
+        # one live agent acts at a time and done agents never act
+        assert (mask.sum(-1) <= 1).all()
+        assert not (mask & done).any()
+        assert (done.any(-1) & ~root_done).any()
+
+
+def test_agents_dying_in_a_real_game_without_mask_raise():
+    env = make_kaz(parallel=True, done_on_any=False)
+    with pytest.raises(ValueError, match="use_mask=True"):
+        env.rollout(150, break_when_any_done=False)
 
 
 def test_aec_root_done_needs_every_agent_by_default():

@@ -7,6 +7,7 @@ from functools import partial
 
 import pytest
 import torch
+import vmas
 from tensordict import LazyStackedTensorDict
 
 from tdrl.collectors import SyncDataCollector
@@ -20,12 +21,9 @@ from tdrl.envs import (
     TransformedEnv,
     check_env_specs,
 )
+from tdrl.envs.libs import vmas as vmas_module
+from tdrl.envs.libs.vmas import VmasEnv, VmasWrapper, default_vmas_group_map
 from tests.envs.conformance import EnvConformance
-
-vmas = pytest.importorskip("vmas")
-
-from tdrl.envs.libs import vmas as vmas_module  # noqa: E402
-from tdrl.envs.libs.vmas import VmasEnv, VmasWrapper, default_vmas_group_map  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
