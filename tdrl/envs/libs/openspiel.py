@@ -70,7 +70,8 @@ class OpenSpielWrapper(GroupedRandAction, _EnvWrapper):
     integers with ``categorical_actions``) and ``"reward"`` (the players' rewards over the step
     and the chance outcomes that follow it). The root ``"current_player"`` is the player to
     act, -2 when all act at once (simultaneous node) and -4 when the game is over. An illegal
-    action raises a ValueError naming the key, the player and the legal actions.
+    action raises a ValueError naming the key, the player and the legal actions. A finished game
+    is absorbing: stepping it again changes nothing, gives zero rewards and stays done.
 
     Random actions (:meth:`rand_action`) pick legal moves: the action spec's mask follows the
     action masks.
@@ -218,6 +219,8 @@ class OpenSpielWrapper(GroupedRandAction, _EnvWrapper):
 
     def _init_env(self) -> None:
         self._resolve_chance(self._env)
+        # random actions are legal from the start, before any reset
+        self._output(self._env, None)
 
     # ------------------------------------------------------------------ protocol
     def _set_seed(self, seed: int | None) -> None:
@@ -308,9 +311,8 @@ class OpenSpielWrapper(GroupedRandAction, _EnvWrapper):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         state = self._env
         if state.is_terminal():
-            raise RuntimeError(
-                f"{type(self).__name__}: the game is over; reset the env before stepping it"
-            )
+            # a finished game is absorbing: it stays over and gives no more reward
+            return self._output(state, [0.0] * self.num_players)
         actions = self._player_actions(tensordict, state)
         player = state.current_player()
         if player == _SIMULTANEOUS:

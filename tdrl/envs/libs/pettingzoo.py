@@ -232,7 +232,7 @@ class _Group:
                     spec = Categorical(2, spec.shape, dtype=torch.bool)
                     reader = _mask_reader(codec.read)
                 else:
-                    reader = codec.read
+                    reader = _contiguous_reader(codec.read)
                 readers[key] = (path, reader)
                 entries[key] = spec
             self.layouts.append(layout)
@@ -296,6 +296,17 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def _mask_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
     return lambda value: read(value).to(torch.bool)
+
+
+def _contiguous_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    """``read`` of a copy of the arrays torch cannot view (e.g. flipped, negative strides)."""
+
+    def contiguous_read(value: Any) -> torch.Tensor:
+        if type(value) is np.ndarray and not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        return read(value)
+
+    return contiguous_read
 
 
 class PettingZooWrapper(GroupedRandAction, _EnvWrapper):

@@ -84,6 +84,26 @@ def _as_entry(value: Any) -> Any:
     raise TypeError(f"VMAS data: expected tensors or dicts of tensors, got {type(value).__name__}")
 
 
+def _conform(value: Any, spec: Composite) -> dict:
+    """An agent's info entries with the keys and dtypes of their spec.
+
+    Scenarios may change an info entry's dtype between calls (a count that starts as a float);
+    keys the spec lacks are dropped and missing ones are zeros.
+    """
+    out = {}
+    for key in spec.keys():
+        sub = spec[key]
+        item = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(sub, Composite):
+            out[key] = _conform(item if item is not None else {}, sub)
+        elif item is None:
+            out[key] = sub.zero()
+        else:
+            item = _as_entry(item)
+            out[key] = item if item.dtype == sub.dtype else item.to(sub.dtype)
+    return out
+
+
 def _spec_of(value: Any, device: Any) -> TensorSpec:
     """An unbounded spec of the value's shape and dtype (a Composite for dicts)."""
     if isinstance(value, Mapping):
@@ -98,7 +118,7 @@ def _to_vmas_action(spec: TensorSpec) -> Callable[[torch.Tensor], torch.Tensor]:
     to_categorical = getattr(spec, "to_categorical", None)
     if to_categorical is None:
         return lambda action: action
-    return lambda action: to_categorical(action)
+    return to_categorical
 
 
 def _bounds(spec: TensorSpec) -> str:
@@ -347,7 +367,7 @@ class VmasWrapper(GroupedRandAction, _EnvWrapper):
                     if infos is None:
                         entries["info"] = info_spec.zero().to_dict()
                     else:
-                        entries["info"] = _as_entry(infos[i])
+                        entries["info"] = _conform(infos[i], info_spec)
                 if rewards is not None:
                     entries["reward"] = _as_entry(rewards[i])
                 per_agent.append(entries)

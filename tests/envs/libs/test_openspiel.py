@@ -105,11 +105,20 @@ def test_random_actions_are_legal():
     assert data["next", "done"][-1].all()
 
 
-def test_stepping_a_finished_game_raises():
+def test_a_finished_game_is_absorbing():
     env = OpenSpielEnv("matrix_rps", categorical_actions=True)
     td = env.rand_step(env.reset())
-    with pytest.raises(RuntimeError, match="reset"):
-        env.step(td["next"].update(env.rand_action()))
+    assert td["next", "done"].all()
+    again = env.step(td["next"].update(env.rand_action()))["next"]
+    assert again["done"].all() and (again["agents", "reward"] == 0).all()
+    torch.testing.assert_close(again["agents", "observation"], td["next", "agents", "observation"])
+
+
+def test_random_actions_are_legal_before_the_first_reset():
+    env = OpenSpielEnv("backgammon")
+    assert not env._env.is_chance_node()
+    td = env.rand_step()  # no reset: the masks are set when the env is built
+    assert td["next", "agents", "observation"].shape[0] == 2
 
 
 # --------------------------------------------------------------------------- simultaneous games

@@ -303,6 +303,21 @@ def test_agents_dying_in_a_real_game_without_mask_raise():
         env.rollout(150, break_when_any_done=False)
 
 
+class FlippedObservations(FadingAgents):
+    """Observations that are views with negative strides (as ``np.flip`` gives)."""
+
+    def _observe(self, agent):
+        entries = super()._observe(agent)
+        entries["observation"] = entries["observation"][::-1]
+        return entries
+
+
+def test_observations_with_negative_strides():
+    env = PettingZooWrapper(FlippedObservations(), use_mask=True)
+    td = env.reset()
+    assert td["a", "observation"].tolist() == [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]
+
+
 def test_aec_root_done_needs_every_agent_by_default():
     env = PettingZooEnv("tictactoe_v3", parallel=False, use_mask=True)
     assert env.done_on_any is False

@@ -353,3 +353,12 @@ def test_done_spec_is_shared_at_root():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert spec["done"].shape == (2, 1)
+
+
+def test_info_entries_keep_their_spec_dtype():
+    # "discovery" reports targets_covered as a float before any step and as an int after
+    env = VmasEnv("discovery", num_envs=2, n_agents=2)
+    spec = env.full_observation_spec["agents", "info", "targets_covered"]
+    data = env.rollout(3)
+    assert data["next", "agents", "info", "targets_covered"].dtype == spec.dtype
+    check_env_specs(env)
