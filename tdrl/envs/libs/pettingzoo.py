@@ -211,7 +211,6 @@ class _Group:
         self.n = len(agents)
         self.action_key = (name, "action")
         self.writers = []
-        self.layouts = []
         self.readers = []
         action_specs, observation_specs = [], []
         for agent in agents:
@@ -235,7 +234,6 @@ class _Group:
                     reader = _contiguous_reader(codec.read)
                 readers[key] = (path, reader)
                 entries[key] = spec
-            self.layouts.append(layout)
             self.readers.append(readers)
             observation_specs.append(Composite(_nest(entries)))
         self.action_spec, het_action = group_spec(action_specs, 0)
@@ -272,7 +270,8 @@ class _Group:
                 entries = {
                     key: reader(_dig(raw, path)) for key, (path, reader) in self.readers[j].items()
                 }
-                self.last[j] = entries
+                # a copy: the tensors may view arrays the env edits after the agent has left
+                self.last[j] = {key: value.clone() for key, value in entries.items()}
             if acting is not None and self.has_action_mask and agent != acting:
                 entries = dict(entries)
                 entries[("action_mask",)] = torch.ones(self.mask_shapes[j], dtype=torch.bool)
