@@ -37,7 +37,7 @@ from tdrl.envs.marl import MarlGroupMapType
 
 __all__ = ["OpenSpielEnv", "OpenSpielWrapper"]
 
-_HAS_PYSPIEL = importlib.util.find_spec("pyspiel") is not None
+_has_pyspiel = importlib.util.find_spec("pyspiel") is not None
 _MISSING = "{owner} needs the optional 'open_spiel' package (pip install open_spiel)"
 _CHANCE = -1
 _SIMULTANEOUS = -2
@@ -52,7 +52,7 @@ class _AvailableGames:
     """Class-level attribute listing the names of the registered OpenSpiel games."""
 
     def __get__(self, instance: Any, owner: type) -> list[str]:
-        if not _HAS_PYSPIEL:
+        if not _has_pyspiel:
             return []
         import pyspiel
 
@@ -397,7 +397,7 @@ class OpenSpielEnv(OpenSpielWrapper):
         allow_done_after_reset: bool = False,
         spec_locked: bool = True,
     ) -> None:
-        if not _HAS_PYSPIEL:
+        if not _has_pyspiel:
             raise ImportError(_MISSING.format(owner=type(self).__name__))
         if not isinstance(game_string, str):
             raise TypeError(

@@ -40,7 +40,7 @@ from tdrl.envs.libs._marl import (
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
-_HAS_PETTINGZOO = importlib.util.find_spec("pettingzoo") is not None
+_has_pettingzoo = importlib.util.find_spec("pettingzoo") is not None
 _MISSING = (
     "{owner} needs the optional 'pettingzoo' package (pip install 'pettingzoo[classic]' mpe2)"
 )
@@ -78,7 +78,7 @@ class _AvailableTasks:
     """Class-level attribute listing the PettingZoo task modules that are installed."""
 
     def __get__(self, instance: Any, owner: type) -> list[str]:
-        return _task_names() if _HAS_PETTINGZOO else []
+        return _task_names() if _has_pettingzoo else []
 
 
 def _task_module(task: str, owner: str) -> Any:
@@ -681,7 +681,7 @@ class PettingZooEnv(PettingZooWrapper):
         spec_locked: bool = True,
         **kwargs: Any,
     ) -> None:
-        if not _HAS_PETTINGZOO:
+        if not _has_pettingzoo:
             raise ImportError(_MISSING.format(owner=type(self).__name__))
         if not isinstance(task, str):
             raise TypeError(f"PettingZooEnv task: expected a task name, got {type(task).__name__}")

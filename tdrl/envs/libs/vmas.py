@@ -38,7 +38,7 @@ from tdrl.envs.libs._marl import (
 
 __all__ = ["VmasEnv", "VmasWrapper"]
 
-_HAS_VMAS = importlib.util.find_spec("vmas") is not None
+_has_vmas = importlib.util.find_spec("vmas") is not None
 _AGENT_DIM = 1  # data is (num_envs, n_agents_in_group, ...)
 _MISSING_VMAS = "{owner} needs the optional 'vmas' package (pip install vmas)"
 
@@ -47,7 +47,7 @@ class _AvailableScenarios:
     """Class-level attribute listing VMAS's scenarios (empty when vmas is not installed)."""
 
     def __get__(self, instance: Any, owner: type) -> list[str]:
-        if not _HAS_VMAS:
+        if not _has_vmas:
             return []
         vmas = owner.lib
         return [*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios]
@@ -507,7 +507,7 @@ class VmasEnv(VmasWrapper):
         spec_locked: bool = True,
         **kwargs: Any,
     ) -> None:
-        if not _HAS_VMAS:
+        if not _has_vmas:
             raise ImportError(_MISSING_VMAS.format(owner=type(self).__name__))
         if isinstance(num_envs, bool) or not isinstance(num_envs, int):
             raise TypeError(f"VmasEnv num_envs: expected a positive int, got {num_envs!r}")

@@ -247,7 +247,7 @@ def test_bad_constructor_arguments():
 
 
 def test_missing_backend_names_the_package(monkeypatch):
-    monkeypatch.setattr(openspiel_module, "_HAS_PYSPIEL", False)
+    monkeypatch.setattr(openspiel_module, "_has_pyspiel", False)
     with pytest.raises(ImportError, match="pip install open_spiel"):
         OpenSpielEnv("tic_tac_toe")
 

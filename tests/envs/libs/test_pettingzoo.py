@@ -383,7 +383,7 @@ def test_bad_constructor_arguments():
 
 
 def test_missing_backend_names_the_package(monkeypatch):
-    monkeypatch.setattr(pz_module, "_HAS_PETTINGZOO", False)
+    monkeypatch.setattr(pz_module, "_has_pettingzoo", False)
     with pytest.raises(ImportError, match="pip install 'pettingzoo"):
         PettingZooEnv("simple_v3", parallel=True)
 

@@ -334,7 +334,7 @@ def test_bad_constructor_arguments():
 
 
 def test_missing_backend_names_the_package(monkeypatch):
-    monkeypatch.setattr(vmas_module, "_HAS_VMAS", False)
+    monkeypatch.setattr(vmas_module, "_has_vmas", False)
     with pytest.raises(ImportError, match="pip install vmas"):
         VmasEnv("balance", num_envs=1)
 
