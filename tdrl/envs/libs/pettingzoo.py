@@ -93,6 +93,10 @@ def _task_module(task: str, owner: str) -> Any:
         if found:
             return importlib.import_module(name)
     hint = f" ({'; '.join(errors)})" if errors else ""
+    base = task.rpartition("_v")[0] or task
+    versions = [name for name in _task_names() if name.rpartition("_v")[0] == base]
+    if versions:
+        hint += f"; installed versions of this task: {versions}"
     raise ValueError(
         f"{owner} task: expected one of {owner}.available_envs (a module of "
         f"{', '.join(_TASK_PACKAGES)}), got {task!r}{hint}"

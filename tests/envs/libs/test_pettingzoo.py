@@ -372,6 +372,9 @@ def test_available_envs_lists_mpe_and_classic_tasks():
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="available_envs.*'no_such_task_v0'"):
         PettingZooEnv("no_such_task_v0", parallel=True)
+    # a version that is not installed: the error lists the installed ones
+    with pytest.raises(ValueError, match=r"installed versions of this task: \['tictactoe_v3'\]"):
+        PettingZooEnv("tictactoe_v1", parallel=False)
     with pytest.raises(ValueError, match="no parallel_env.*parallel=False"):
         PettingZooEnv("connect_four_v3", parallel=True)
     with pytest.raises(ValueError, match=r"batch_size.*\(\).*\(2,\)"):
