@@ -59,6 +59,12 @@ _LIBRARIES = (
     "mlagents_envs",
     "robohive",
     "openml",
+    "minari",
+    "d4rl",
+    "datasets",
+    "transformers",
+    "tokenizers",
+    "sklearn",
 )
 
 
