@@ -2,7 +2,9 @@
 
 A built dataset is a folder holding a memory-mapped TensorDict (tensordict's ``memmap``
 layout: ``meta.json`` plus one ``.memmap`` file per entry) and a marker file,
-:data:`MARKER`, written last. A folder without the marker is an interrupted or damaged
+:data:`MARKER`, written last. Entries whose bytes already sit, in the stored layout, in a raw
+file (a contiguous HDF5 dataset) are not copied: the raw file is hard-linked into the folder
+and those entries are memory-mapped from it at their byte offset (the marker lists them). A folder without the marker is an interrupted or damaged
 build: loading it raises an error naming the folder. Builds happen in a temporary sibling
 folder that is renamed into place once complete, so an interrupted build never leaves a
 half-written dataset under the final name.
@@ -20,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -77,7 +80,7 @@ def allocate(
         },
         batch_size=batch_size,
     )
-    return template.memmap_like(str(folder))
+    return template.memmap_like(str(folder)).unlock_()
 
 
 @contextmanager
@@ -105,8 +108,41 @@ def building(final: Path) -> Iterator[Path]:
         remove_tree(tmp)
 
 
+EXTERNAL = "_external"
+
+
+def link_into(folder: Path, source: str | os.PathLike, name: str) -> str | None:
+    """Hard-link ``source`` into ``folder`` as ``name``; None when the file system refuses."""
+    try:
+        os.link(source, folder / name)
+    except OSError:
+        return None
+    return name
+
+
+def map_bytes(folder: Path, entry: Mapping[str, Any]) -> torch.Tensor:
+    """A read-only view (copy-on-write mapping) of ``entry``'s bytes in a file of ``folder``.
+
+    ``entry`` names the ``file``, the byte ``offset``, the ``dtype`` and the ``shape``.
+    """
+    array = np.memmap(
+        folder / entry["file"],
+        dtype=np.dtype(entry["dtype"]),
+        mode="c",
+        offset=int(entry["offset"]),
+        shape=tuple(entry["shape"]),
+    )
+    return torch.from_numpy(array)
+
+
 def write_marker(folder: Path, data: TensorDictBase, metadata: Mapping[str, Any]) -> None:
-    """Record what was built (batch size, keys, metadata); written last, it marks completion."""
+    """Record what was built (batch size, keys, metadata); written last, it marks completion.
+
+    Entries mapped from a linked raw file are listed under ``metadata["_external"]``: a list
+    of ``{"key", "file", "offset", "dtype", "shape"}`` records.
+    """
+    metadata = dict(metadata)
+    external = metadata.pop(EXTERNAL, [])
     record = {
         "format_version": FORMAT_VERSION,
         "batch_size": list(data.batch_size),
@@ -114,7 +150,8 @@ def write_marker(folder: Path, data: TensorDictBase, metadata: Mapping[str, Any]
             "/".join(key) if isinstance(key, tuple) else key
             for key in data.keys(include_nested=True, leaves_only=True)
         ),
-        "metadata": dict(metadata),
+        "metadata": metadata,
+        "external": external,
     }
     (folder / MARKER).write_text(json.dumps(record, indent=1, default=str))
 
@@ -143,7 +180,9 @@ def load(folder: Path) -> tuple[TensorDictBase, dict[str, Any]]:
         )
     try:
         record = json.loads(marker.read_text())
-        data = TensorDict.load_memmap(str(folder))
+        data = TensorDict.load_memmap(str(folder)).unlock_()
+        for entry in record.get("external", []):
+            data.set(tuple(entry["key"]), map_bytes(folder, entry))
     except Exception as err:  # any unreadable file makes the folder unusable
         raise RuntimeError(
             DAMAGED_MSG.format(path=folder, detail=f"cannot read it ({type(err).__name__}: {err})")
@@ -178,9 +217,21 @@ def mark_full(storage: TensorStorage, data: TensorDictBase) -> TensorStorage:
     return storage
 
 
+def plain_view(data: TensorDictBase) -> TensorDictBase:
+    """``data`` with its memory-mapped leaves seen as plain tensors (same memory).
+
+    Indexing a plain tensor skips the subclass dispatch of ``MemoryMappedTensor``, which
+    makes every gather of a sample cheaper.
+    """
+    return data.apply(
+        lambda leaf: leaf if type(leaf) is torch.Tensor else leaf.as_subclass(torch.Tensor)
+    )
+
+
 def full_storage(data: TensorDictBase) -> TensorStorage:
-    """A :class:`TensorStorage` over ``data`` whose every row counts as filled."""
-    return mark_full(TensorStorage(data), data)
+    """A :class:`TensorStorage` over ``data`` (as plain tensors) whose every row counts as filled."""
+    plain = plain_view(data)
+    return mark_full(TensorStorage(plain), plain)
 
 
 def download_url(url: str, dest: Path) -> Path:

@@ -238,7 +238,7 @@ class AtariDQNExperienceReplay(BaseDatasetExperienceReplay):
         self.__dict__["_metadata"] = metadata
         BaseDatasetExperienceReplay.__init__(
             self,
-            storage=_NextFrameStorage(data, {"dataset_id": dataset_id}),
+            storage=_NextFrameStorage(_files.plain_view(data), {"dataset_id": dataset_id}),
             sampler=sampler,
             writer=writer,
             collate_fn=collate_fn,

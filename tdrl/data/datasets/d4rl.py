@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.data.datasets import _files
+from tdrl.data.datasets import _files, _ted
 from tdrl.data.datasets._ted import DONE_NAMES, episode_ids, fill, shift_next, torch_dtype
 from tdrl.data.datasets.common import BaseDatasetExperienceReplay
 from tdrl.data.replay_buffers import Sampler, Writer
@@ -362,9 +362,20 @@ class D4RLExperienceReplay(BaseDatasetExperienceReplay):
             entries[("next", name)] = ((length, 1), torch.bool)
         entries[("episode",)] = ((length,), torch.int64)
         staged = keep is not None or self.split_trajs
-        data = _files.allocate(_files.stage(folder, staged), entries, (length,))
+        external = (
+            [] if staged or source is None else self._map_in_place(folder, source, sources, entries)
+        )
+        mapped = {tuple(entry["key"]) for entry in external}
+        data = _files.allocate(
+            _files.stage(folder, staged),
+            {key: spec for key, spec in entries.items() if key not in mapped},
+            (length,),
+        )
+        for entry in external:
+            data.set(tuple(entry["key"]), _files.map_bytes(folder, entry))
         for key, value in sources.items():
-            fill(data.get(key), value)
+            if key not in mapped:
+                fill(data.get(key), value)
         for key in shifted:
             shift_next(data.get(("next", *key)), data.get(key), ends)
         if keep is not None:
@@ -377,8 +388,37 @@ class D4RLExperienceReplay(BaseDatasetExperienceReplay):
         fill(data.get(("next", "truncated")), truncated)
         fill(data.get(("next", "done")), done)
         fill(data.get("episode"), episode_ids(ends))
-        metadata = {"dataset_id": self.dataset_id, **metadata}
+        metadata = {"dataset_id": self.dataset_id, **metadata, _files.EXTERNAL: external}
         return _files.publish(data, folder, self.split_trajs), metadata
+
+    @staticmethod
+    def _map_in_place(folder: Path, raw: Path, sources: dict, entries: dict) -> list[dict]:
+        """Entries read in place from the HDF5 file, hard-linked into ``folder`` (no copy).
+
+        Only datasets stored contiguously, uncompressed and with the stored dtype qualify;
+        when the file cannot be linked (another file system), nothing is mapped.
+        """
+        usable = {}
+        for key, value in sources.items():
+            shape, dtype = entries[key]
+            offset = _ted.raw_offset(value, dtype)
+            if offset is not None:
+                usable[key] = (offset, shape, dtype)
+        if not usable:
+            return []
+        name = _files.link_into(folder, raw, "source.hdf5")
+        if name is None:
+            return []
+        return [
+            {
+                "key": list(key),
+                "file": name,
+                "offset": offset,
+                "dtype": str(torch.empty(0, dtype=dtype).numpy().dtype),
+                "shape": list(shape),
+            }
+            for key, (offset, shape, dtype) in usable.items()
+        ]
 
     @staticmethod
     def _ends_after_drop(ends: np.ndarray, keep: np.ndarray) -> np.ndarray:

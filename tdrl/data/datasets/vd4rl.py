@@ -10,9 +10,11 @@ reward stored with a frame are the ones that led to it (dm_env's convention).
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,21 @@ def _episodes_from_h5(path: Path, h5py: Any) -> list[dict[str, np.ndarray]]:
     return episodes
 
 
+def _read_file(dataset_id: str, path: Path) -> list[dict[str, np.ndarray]]:
+    """The episodes of one V-D4RL file (an npz episode or an HDF5 shard)."""
+    try:
+        if path.suffix == ".npz":
+            return [_episode_from_npz(path)]
+        import h5py
+
+        return _episodes_from_h5(path, h5py)
+    except (OSError, ValueError, KeyError) as err:
+        raise RuntimeError(
+            f"V-D4RL dataset {dataset_id!r}: cannot read {path} ({err}); delete it or pass "
+            "download='force'"
+        ) from err
+
+
 class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
     """A V-D4RL dataset as a read-only, memory-mapped replay buffer.
 
@@ -96,7 +113,7 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
         split_trajs: store one row per episode (zero-padded, with a boolean ``"mask"``).
         totensor: convert sampled pixels with :class:`~tdrl.envs.ToTensorImage`.
         image_size: resize sampled pixels to ``(height, width)`` (an int for squares).
-        num_workers: threads reading the episode files.
+        num_workers: processes reading the episode files (0: in the calling process).
 
     Examples:
         >>> import tempfile, numpy as np
@@ -219,23 +236,14 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
         return self._convert(self._read(files), folder)
 
     def _read(self, files: list[Path]) -> list[dict[str, np.ndarray]]:
-        h5py = None
         if any(path.suffix != ".npz" for path in files):
-            h5py = _files.require("h5py", "h5py", "VD4RLExperienceReplay")
-
-        def read(path: Path) -> list[dict[str, np.ndarray]]:
-            try:
-                if path.suffix == ".npz":
-                    return [_episode_from_npz(path)]
-                return _episodes_from_h5(path, h5py)
-            except (OSError, ValueError, KeyError) as err:
-                raise RuntimeError(
-                    f"V-D4RL dataset {self.dataset_id!r}: cannot read {path} ({err}); delete it "
-                    "or pass download='force'"
-                ) from err
-
+            _files.require("h5py", "h5py", "VD4RLExperienceReplay")
+        read = functools.partial(_read_file, self.dataset_id)
         if self.num_workers > 0:
-            with ThreadPoolExecutor(self.num_workers) as pool:
+            # processes, not threads: numpy parses .npy headers with ``compile``, which some
+            # Python versions (3.11 before 3.11.8) do not allow from several threads at once
+            context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            with ProcessPoolExecutor(self.num_workers, mp_context=context) as pool:
                 chunks: Iterable = list(pool.map(read, files))
         else:
             chunks = [read(path) for path in files]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -269,3 +270,25 @@ def test_source_arguments(tmp_path):
         D4RLExperienceReplay(DATASET, 2, from_env=True, root=tmp_path, download=False)
     with pytest.raises(ValueError, match="download must be True, False or 'force'"):
         D4RLExperienceReplay(DATASET, 2, root=tmp_path, download="yes")
+
+
+def test_contiguous_arrays_are_mapped_in_place_not_copied(tmp_path, monkeypatch):
+    raw = D4RLExperienceReplay.raw_file(DATASET, tmp_path)
+    write_d4rl(raw, next_observations=True)
+    data = make(tmp_path)
+    linked = tmp_path / DATASET / "source.hdf5"
+    assert linked.stat().st_ino == raw.stat().st_ino  # a hard link: no byte was copied
+    record = json.loads((tmp_path / DATASET / _files.MARKER).read_text())
+    mapped = {tuple(entry["key"]) for entry in record["external"]}
+    assert mapped == {("observation",), ("next", "observation"), ("action",), ("info", "qpos")}
+    expected = torch.arange(ROWS * 2, dtype=torch.float32).reshape(ROWS, 2)
+    assert torch.equal(data[:]["observation"], expected)
+    raw.unlink()
+    assert torch.equal(make(tmp_path)[:]["next", "observation"], expected + 1000)
+    # where the file cannot be linked (another file system), the bytes are copied
+    other = tmp_path / "other"
+    write_d4rl(D4RLExperienceReplay.raw_file(DATASET, other), next_observations=True)
+    monkeypatch.setattr(_files, "link_into", lambda folder, source, name: None)
+    copied = make(other)
+    assert not (other / DATASET / "source.hdf5").exists()
+    assert torch.equal(copied[:]["observation"], expected)

@@ -96,14 +96,14 @@ def test_preprocess_sees_stored_frames(tmp_path):
     assert sample["next", "pixels"].shape == (3, 1, 8, 8)
 
 
-def test_threads_read_the_same_data(tmp_path):
+def test_worker_processes_read_the_same_data(tmp_path):
     write_npz(VD4RLExperienceReplay.raw_dir(NPZ_ID, tmp_path / "a"), episodes=4)
     write_npz(VD4RLExperienceReplay.raw_dir(NPZ_ID, tmp_path / "b"), episodes=4)
     serial = VD4RLExperienceReplay(NPZ_ID, batch_size=2, root=tmp_path / "a", download=False)
-    threads = VD4RLExperienceReplay(
+    workers = VD4RLExperienceReplay(
         NPZ_ID, batch_size=2, root=tmp_path / "b", download=False, num_workers=2
     )
-    assert torch.equal(serial.storage[:]["pixels"], threads.storage[:]["pixels"])
+    assert torch.equal(serial.storage[:]["pixels"], workers.storage[:]["pixels"])
 
 
 def test_bad_files_are_named(tmp_path):
