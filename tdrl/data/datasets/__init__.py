@@ -14,6 +14,7 @@ from tdrl.data.datasets.d4rl import D4RLExperienceReplay
 from tdrl.data.datasets.gen_dgrl import GenDGRLExperienceReplay
 from tdrl.data.datasets.minari_data import MinariExperienceReplay
 from tdrl.data.datasets.openml import OpenMLExperienceReplay
+from tdrl.data.datasets.openx import OpenXExperienceReplay
 from tdrl.data.datasets.roboset import RobosetExperienceReplay
 from tdrl.data.datasets.vd4rl import VD4RLExperienceReplay
 
@@ -24,6 +25,7 @@ __all__ = [
     "GenDGRLExperienceReplay",
     "MinariExperienceReplay",
     "OpenMLExperienceReplay",
+    "OpenXExperienceReplay",
     "RobosetExperienceReplay",
     "VD4RLExperienceReplay",
 ]

@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 
 from tdrl.data.datasets import _files
 from tdrl.data.datasets._ted import DONE_NAMES, episode_ids, torch_dtype
+from tdrl.data.datasets._text import TextLookup
 from tdrl.data.datasets.common import BaseDatasetExperienceReplay
 from tdrl.data.replay_buffers import Sampler, Writer
 
@@ -76,7 +77,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     ``"observation"``, ``"reward"``, ``"terminated"``, ``"truncated"`` and ``"done"``. Infos
     recorded at every step go under ``"info"`` (``T + 1`` values: ``"info"`` and ``("next",
     "info")``; ``T`` values: ``("next", "info")``). Text entries (e.g. MiniGrid missions) are
-    stored as integer ids into ``metadata["text_values"][key]``. :attr:`metadata` holds the
+    stored as integer ids into ``metadata["text_values"][key]`` and turned back into strings
+    in samples. :attr:`metadata` holds the
     dataset's ``"action_space"`` and ``"observation_space"`` as tdrl specs.
 
     Args:
@@ -150,6 +152,10 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             },
         )
         self.__dict__["_metadata"] = self._with_specs(self.__dict__["_metadata"])
+        text_values = self.metadata.get("text_values") or {}
+        if text_values:
+            both = {**text_values, **{f"next/{key}": words for key, words in text_values.items()}}
+            self.insert_transform(0, TextLookup(both))
 
     # -- building -------------------------------------------------------------------------------
     def _build(

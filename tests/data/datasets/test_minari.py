@@ -112,7 +112,10 @@ def test_dict_observations_and_text(minari_home, tmp_path):
     assert td["mask"].sum(-1).tolist() == list(LENGTHS)
     assert td["observation", "position"].shape == (3, 7, 2)
     assert data.metadata["text_values"]["observation/mission"] == ["go"]
-    assert (td["observation", "mission"][td["mask"]] == 0).all()
+    assert data.storage[:]["observation", "mission"].dtype == torch.int64  # stored as ids
+    sample = data.sample()  # sampled as text
+    assert sample["observation", "mission"].tolist()[0][0] == "go"
+    assert sample["next", "observation", "mission"].tolist()[0][0] == "go"
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
