@@ -114,8 +114,8 @@ def test_dict_observations_and_text(minari_home, tmp_path):
     assert data.metadata["text_values"]["observation/mission"] == ["go"]
     assert data.storage[:]["observation", "mission"].dtype == torch.int64  # stored as ids
     sample = data.sample()  # sampled as text
-    assert sample["observation", "mission"].tolist()[0][0] == "go"
-    assert sample["next", "observation", "mission"].tolist()[0][0] == "go"
+    assert sample.get(("observation", "mission")).tolist()[0][0] == "go"
+    assert sample.get(("next", "observation", "mission")).tolist()[0][0] == "go"
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
