@@ -379,18 +379,33 @@ class _BatchLoader:
             yield from self._batches()
             return
         ready: queue.Queue = queue.Queue(self.prefetch)
+        stop = threading.Event()
         finished = object()
 
-        def fill() -> None:
-            try:
-                for batch in self._batches():
-                    ready.put(batch)
-            finally:
-                ready.put(finished)
+        def offer(item: Any) -> bool:
+            # wait for room, but give up as soon as the consumer has gone away
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
 
-        threading.Thread(target=fill, daemon=True).start()
-        while (batch := ready.get()) is not finished:
-            yield batch
+        def fill() -> None:
+            for batch in self._batches():
+                if not offer(batch):
+                    return
+            offer(finished)
+
+        thread = threading.Thread(target=fill, daemon=True)
+        thread.start()
+        try:
+            while (batch := ready.get()) is not finished:
+                yield batch
+        finally:
+            stop.set()
+            thread.join()
 
 
 def get_dataloader(

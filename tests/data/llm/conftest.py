@@ -8,11 +8,16 @@ import pytest
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
-pytest.importorskip("datasets")
+datasets = pytest.importorskip("datasets")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# no tqdm monitor thread (started by any progress bar, even a disabled one): it would outlive
+# these tests and make the batched-env tests see another thread running
+tqdm = pytest.importorskip("tqdm")
+tqdm.tqdm.monitor_interval = 0
+datasets.disable_progress_bars()
 
 PROMPTS = [
     "SUBREDDIT: r/cats POST: my cat sleeps all day on the keyboard",

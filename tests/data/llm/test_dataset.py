@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
 
 import pytest
 import torch
@@ -210,6 +212,26 @@ def test_get_dataloader(tldr_dir, tokenizer_dir, tmp_path, infinite, prefetch):
         assert isinstance(batch, PromptData) and batch.batch_size == (3,)
         assert batch.input_ids.shape == (3, 40)
         assert batch.device == torch.device("cpu")
+
+
+def test_prefetching_thread_stops_with_its_consumer(tldr_dir, tokenizer_dir, tmp_path):
+    before = threading.active_count()
+    loader = get_dataloader(
+        2,
+        40,
+        PromptData,
+        "cpu",
+        dataset_name=tldr_dir,
+        prefetch=1,
+        root_dir=tmp_path,
+        from_disk=True,
+        tokenizer_model_name=tokenizer_dir,
+    )
+    next(loader)
+    assert threading.active_count() == before + 1
+    del loader
+    gc.collect()
+    assert threading.active_count() == before
 
 
 def test_dataloader_errors(tldr_dir, tokenizer_dir, tmp_path):
