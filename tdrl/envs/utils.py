@@ -60,6 +60,12 @@ _LIBRARIES = (
     "mlagents_envs",
     "robohive",
     "openml",
+    "minari",
+    "d4rl",
+    "datasets",
+    "transformers",
+    "tokenizers",
+    "sklearn",
 )
 
 

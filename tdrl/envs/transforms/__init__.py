@@ -40,6 +40,7 @@ from tdrl.envs.transforms.projections import (
     DiscreteActionProjection,
     gSDENoise,
 )
+from tdrl.envs.transforms.r3m import R3MTransform
 from tdrl.envs.transforms.rb_transforms import (
     MultiStepTransform,
     NextStateReconstructor,
@@ -77,8 +78,10 @@ from tdrl.envs.transforms.terminations import RandomTruncationTransform, Termina
 from tdrl.envs.transforms.transform import ObservationTransform, Transform
 from tdrl.envs.transforms.transformed_env import TransformedEnv
 from tdrl.envs.transforms.unary import Hash, UnaryTransform
+from tdrl.envs.transforms.vc1 import VC1Transform
 from tdrl.envs.transforms.vecnorm import VecNorm
 from tdrl.envs.transforms.vecnorm_v2 import VecNormV2
+from tdrl.envs.transforms.vip import VIPRewardTransform, VIPTransform
 
 __all__ = [
     "ActionDiscretizer",
@@ -156,6 +159,10 @@ __all__ = [
     "TargetReturn",
     "VecNorm",
     "VecNormV2",
+    "R3MTransform",
+    "VC1Transform",
+    "VIPRewardTransform",
+    "VIPTransform",
 ]
 
 
