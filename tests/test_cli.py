@@ -49,7 +49,9 @@ def test_info_prints_versions_and_libraries():
     for name in ("python", "torch", "tensordict", "numpy", "gymnasium", "tdrl"):
         assert f"\n{name} " in "\n" + result.stdout
     assert "simulator libraries" in result.stdout
-    assert "gymnasium      yes" in result.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line}
+    assert rows["gymnasium"][0] == "yes"
+    assert rows["isaacgym"][:2] == ["no", "-"]  # not installable here
 
 
 def test_check_env_prints_specs_and_passes():
@@ -63,7 +65,7 @@ def test_check_env_prints_specs_and_passes():
 def test_check_env_unknown_id_fails_cleanly():
     result = run_tdrl("check-env", "NoSuchEnv-v0")
     assert result.returncode == 2
-    assert "cannot build GymEnv('NoSuchEnv-v0')" in result.stderr
+    assert "cannot build gymnasium:NoSuchEnv-v0" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -127,3 +129,23 @@ def test_bench_only_filter(tmp_path):
     result = run_tdrl("bench", "--dir", str(folder), "--only", "good")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bench_broken" not in result.stdout
+
+
+def test_check_env_builds_with_the_chosen_backend():
+    pytest.importorskip("dm_control")
+    result = run_tdrl("check-env", "--lib", "dm_control", "cheetah/run")
+    assert result.returncode == 0, result.stderr
+    assert "dm_control:cheetah/run (DMControlEnv)" in result.stdout
+    assert "check_env_specs: OK" in result.stdout
+
+
+def test_check_env_names_unknown_and_missing_backends():
+    result = run_tdrl("check-env", "--lib", "nosuchlib", "x")
+    assert result.returncode == 2
+    assert "--lib: expected one of" in result.stderr and "'nosuchlib'" in result.stderr
+    result = run_tdrl("check-env", "--lib", "isaacgym", "Ant")
+    assert result.returncode == 2
+    assert "pip install isaacgym" in result.stderr
+    result = run_tdrl("check-env", "--lib", "dm_control", "cheetah")
+    assert result.returncode == 2
+    assert "DOMAIN/TASK" in result.stderr and "Traceback" not in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tdrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from tdrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
 from tdrl.envs.libs.gym import (
     GymEnv,
@@ -13,6 +14,8 @@ from tdrl.envs.libs.gym import (
 )
 
 __all__ = [
+    "DMControlEnv",
+    "DMControlWrapper",
     "GymEnv",
     "GymWrapper",
     "MultiThreadedEnv",
