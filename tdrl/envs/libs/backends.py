@@ -153,7 +153,7 @@ for _row in (
     ),
     Backend("robohive", "robohive", "robohive", None),
     Backend("openml", "sklearn", "scikit-learn", None, "e.g. adult_num"),
-    Backend("chess", "chess", "chess", None, "chess"),
+    Backend("chess", "chess", "chess", "tdrl.envs.custom.chess:_make_from_id", "chess"),
 ):
     register_backend(_row)
 del _row
