@@ -12,12 +12,15 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 
 __all__ = [
     "DMControlEnv",
     "DMControlWrapper",
     "GymEnv",
     "GymWrapper",
+    "MOGymEnv",
+    "MOGymWrapper",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
     "VecGymEnvTransform",

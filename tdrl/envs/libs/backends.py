@@ -132,7 +132,7 @@ for _row in (
         "DOMAIN/TASK, e.g. cheetah/run",
     ),
     Backend("mujoco", "mujoco", "mujoco", f"{_LIBS}.gym:GymEnv", "a gymnasium MuJoCo id"),
-    Backend("mo_gymnasium", "mo_gymnasium", "mo-gymnasium", None),
+    Backend("mo_gymnasium", "mo_gymnasium", "mo-gymnasium", f"{_LIBS}.mo_gym:MOGymEnv"),
     Backend("envpool", "envpool", "envpool", None),
     Backend("jumanji", "jumanji", "jumanji", None, "e.g. Snake-v1"),
     Backend("brax", "brax", "brax", None, "e.g. fast, ant"),
