@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tdrl.envs.libs.brax import BraxEnv, BraxWrapper
 from tdrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from tdrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
 from tdrl.envs.libs.gym import (
@@ -12,9 +13,14 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 
 __all__ = [
+    "BraxEnv",
+    "BraxWrapper",
+    "JumanjiEnv",
+    "JumanjiWrapper",
     "DMControlEnv",
     "DMControlWrapper",
     "GymEnv",
