@@ -133,7 +133,7 @@ for _row in (
     ),
     Backend("mujoco", "mujoco", "mujoco", f"{_LIBS}.gym:GymEnv", "a gymnasium MuJoCo id"),
     Backend("mo_gymnasium", "mo_gymnasium", "mo-gymnasium", f"{_LIBS}.mo_gym:MOGymEnv"),
-    Backend("envpool", "envpool", "envpool", None),
+    Backend("envpool", "envpool", "envpool", f"{_LIBS}.envpool:_make_from_id"),
     Backend("jumanji", "jumanji", "jumanji", f"{_LIBS}.jumanji:JumanjiEnv", "e.g. Snake-v1"),
     Backend("brax", "brax", "brax", f"{_LIBS}.brax:BraxEnv", "e.g. fast, ant"),
     Backend("pettingzoo", "pettingzoo", "pettingzoo"),
