@@ -15,6 +15,7 @@ from tdrl.envs.libs.gym import (
 )
 from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
+from tdrl.envs.libs.openml import OpenMLEnv
 
 __all__ = [
     "BraxEnv",
@@ -27,6 +28,7 @@ __all__ = [
     "GymWrapper",
     "MOGymEnv",
     "MOGymWrapper",
+    "OpenMLEnv",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
     "VecGymEnvTransform",

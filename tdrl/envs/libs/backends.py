@@ -152,7 +152,7 @@ for _row in (
         "a registered name, e.g. 3DBall",
     ),
     Backend("robohive", "robohive", "robohive", None),
-    Backend("openml", "sklearn", "scikit-learn", None, "e.g. adult_num"),
+    Backend("openml", "sklearn", "scikit-learn", f"{_LIBS}.openml:OpenMLEnv", "e.g. adult_num"),
     Backend("chess", "chess", "chess", "tdrl.envs.custom.chess:_make_from_id", "chess"),
 ):
     register_backend(_row)
