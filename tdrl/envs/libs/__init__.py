@@ -13,6 +13,7 @@ from tdrl.envs.libs.gym import (
     gym_backend,
     set_gym_backend,
 )
+from tdrl.envs.libs.habitat import HabitatEnv
 from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 from tdrl.envs.libs.openml import OpenMLEnv
@@ -20,6 +21,7 @@ from tdrl.envs.libs.openml import OpenMLEnv
 __all__ = [
     "BraxEnv",
     "BraxWrapper",
+    "HabitatEnv",
     "JumanjiEnv",
     "JumanjiWrapper",
     "DMControlEnv",

@@ -143,7 +143,7 @@ for _row in (
     Backend("smacv2", "smacv2", "smacv2"),
     Backend("isaacgym", "isaacgym", "isaacgym", None, "a task name"),
     Backend("isaaclab", "isaaclab", "isaaclab", None),
-    Backend("habitat", "habitat", "habitat-lab", None),
+    Backend("habitat", "habitat", "habitat-lab", f"{_LIBS}.habitat:HabitatEnv"),
     Backend(
         "unity_mlagents",
         "mlagents_envs",
