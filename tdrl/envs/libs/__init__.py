@@ -14,6 +14,8 @@ from tdrl.envs.libs.gym import (
     set_gym_backend,
 )
 from tdrl.envs.libs.habitat import HabitatEnv
+from tdrl.envs.libs.isaac_lab import IsaacLabWrapper
+from tdrl.envs.libs.isaacgym import IsaacGymEnv, IsaacGymWrapper
 from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 from tdrl.envs.libs.openml import OpenMLEnv
@@ -22,6 +24,9 @@ __all__ = [
     "BraxEnv",
     "BraxWrapper",
     "HabitatEnv",
+    "IsaacGymEnv",
+    "IsaacGymWrapper",
+    "IsaacLabWrapper",
     "JumanjiEnv",
     "JumanjiWrapper",
     "DMControlEnv",

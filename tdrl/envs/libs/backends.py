@@ -141,8 +141,8 @@ for _row in (
     Backend("open_spiel", "pyspiel", "open_spiel"),
     Backend("meltingpot", "meltingpot", "dm-meltingpot"),
     Backend("smacv2", "smacv2", "smacv2"),
-    Backend("isaacgym", "isaacgym", "isaacgym", None, "a task name"),
-    Backend("isaaclab", "isaaclab", "isaaclab", None),
+    Backend("isaacgym", "isaacgym", "isaacgym", f"{_LIBS}.isaacgym:IsaacGymEnv", "a task name"),
+    Backend("isaaclab", "isaaclab", "isaaclab", f"{_LIBS}.isaac_lab:_make_from_id"),
     Backend("habitat", "habitat", "habitat-lab", f"{_LIBS}.habitat:HabitatEnv"),
     Backend(
         "unity_mlagents",
