@@ -19,6 +19,7 @@ from tdrl.envs.libs.isaacgym import IsaacGymEnv, IsaacGymWrapper
 from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 from tdrl.envs.libs.openml import OpenMLEnv
+from tdrl.envs.libs.robohive import RoboHiveEnv
 
 __all__ = [
     "BraxEnv",
@@ -36,6 +37,7 @@ __all__ = [
     "MOGymEnv",
     "MOGymWrapper",
     "OpenMLEnv",
+    "RoboHiveEnv",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
     "VecGymEnvTransform",

@@ -151,7 +151,7 @@ for _row in (
         None,
         "a registered name, e.g. 3DBall",
     ),
-    Backend("robohive", "robohive", "robohive", None),
+    Backend("robohive", "robohive", "robohive", f"{_LIBS}.robohive:RoboHiveEnv"),
     Backend("openml", "sklearn", "scikit-learn", f"{_LIBS}.openml:OpenMLEnv", "e.g. adult_num"),
     Backend("chess", "chess", "chess", "tdrl.envs.custom.chess:_make_from_id", "chess"),
 ):
