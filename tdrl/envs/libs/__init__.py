@@ -20,6 +20,7 @@ from tdrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from tdrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
 from tdrl.envs.libs.openml import OpenMLEnv
 from tdrl.envs.libs.robohive import RoboHiveEnv
+from tdrl.envs.libs.unity_mlagents import UnityMLAgentsEnv, UnityMLAgentsWrapper
 
 __all__ = [
     "BraxEnv",
@@ -38,6 +39,8 @@ __all__ = [
     "MOGymWrapper",
     "OpenMLEnv",
     "RoboHiveEnv",
+    "UnityMLAgentsEnv",
+    "UnityMLAgentsWrapper",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
     "VecGymEnvTransform",

@@ -148,7 +148,7 @@ for _row in (
         "unity_mlagents",
         "mlagents_envs",
         "mlagents-envs",
-        None,
+        f"{_LIBS}.unity_mlagents:_make_from_id",
         "a registered name, e.g. 3DBall",
     ),
     Backend("robohive", "robohive", "robohive", f"{_LIBS}.robohive:RoboHiveEnv"),
