@@ -12,6 +12,7 @@ from tensordict import NonTensorData, TensorDict, TensorDictBase
 from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
 from tdrl.envs.common import EnvBase
 from tdrl.envs.custom import _chess_support as support
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["ChessEnv"]
 
@@ -201,12 +202,8 @@ class ChessEnv(EnvBase):
         self.full_done_spec = Composite(done=flag, terminated=flag.clone(), device=device)
 
     # ------------------------------------------------------------------ properties
-    @property
-    def lib(self) -> Any:
-        """The python-chess module."""
-        import chess
-
-        return chess
+    #: python-chess module (read on the class or an instance; imported when first read).
+    lib = BackendModule("chess")
 
     @property
     def san_moves(self) -> list[str]:

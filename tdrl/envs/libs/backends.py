@@ -14,7 +14,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BACKENDS", "Backend", "backend_status", "make_backend_env", "register_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendModule",
+    "backend_status",
+    "make_backend_env",
+    "register_backend",
+]
+
+
+class BackendModule:
+    """Class (and instance) attribute giving a backend's module, imported when first read.
+
+    Examples:
+        >>> class Wrapper:
+        ...     lib = BackendModule("json")
+        >>> Wrapper.lib.__name__, Wrapper().lib.__name__
+        ('json', 'json')
+    """
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        return importlib.import_module(self.module)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._workers import parallel_copies, pop_num_workers
+from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.libs.jax_utils import (
     PyTreeCodec,
     flatten_batch,
@@ -169,12 +170,8 @@ class BraxWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch, device=device
         )
 
-    @property
-    def lib(self) -> Any:
-        """The brax module."""
-        import brax
-
-        return brax
+    #: The brax module (read on the class or an instance; imported when first read).
+    lib = BackendModule("brax")
 
     # ------------------------------------------------------------------ conversion
     def _output(self, leaves: list[torch.Tensor], batch: torch.Size) -> TensorDictBase:

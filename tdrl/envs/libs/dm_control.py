@@ -21,6 +21,7 @@ from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs._slot_pool import SlotPool
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._workers import parallel_copies, pop_num_workers
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["DMControlEnv", "DMControlWrapper", "dm_spec_to_spec"]
 
@@ -325,12 +326,8 @@ class DMControlWrapper(EnvBase):
         random = _random_state(self._env)
         random.seed(int(seed) % 2**32)
 
-    @property
-    def lib(self) -> Any:
-        """The dm_control module."""
-        import dm_control
-
-        return dm_control
+    #: The dm_control module (read on the class or an instance; imported when first read).
+    lib = BackendModule("dm_control")
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         """Close the simulator."""

@@ -14,6 +14,7 @@ from tdrl.data import Categorical, Composite, Unbounded
 from tdrl.envs._partial import all_true
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._gym_spaces import make_space_codec
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["MultiThreadedEnv", "MultiThreadedEnvWrapper"]
 
@@ -115,12 +116,8 @@ class MultiThreadedEnvWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch
         )
 
-    @property
-    def lib(self) -> Any:
-        """The envpool module."""
-        import envpool
-
-        return envpool
+    #: The envpool module (read on the class or an instance; imported when first read).
+    lib = BackendModule("envpool")
 
     def _pad(self, raw: Any, ids: np.ndarray | None) -> Any:
         """Rows of the envs ``ids`` placed in a full-batch array (zeros elsewhere)."""

@@ -20,6 +20,7 @@ import torch
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs.gym_like import GymLikeEnv
 from tdrl.envs.libs._workers import parallel_copies, pop_num_workers
+from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.libs.gym import gym_space_to_spec
 
 __all__ = ["HabitatEnv"]
@@ -185,9 +186,5 @@ class HabitatEnv(GymLikeEnv):
         if seed is not None:
             self._env.reset(seed=int(seed))
 
-    @property
-    def lib(self) -> Any:
-        """The habitat module."""
-        import habitat
-
-        return habitat
+    #: The habitat module (read on the class or an instance; imported when first read).
+    lib = BackendModule("habitat")

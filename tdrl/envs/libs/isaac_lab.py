@@ -21,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs.common import EnvBase
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["IsaacLabWrapper"]
 
@@ -117,12 +118,8 @@ class IsaacLabWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch, device=device
         )
 
-    @property
-    def lib(self) -> Any:
-        """The isaaclab module."""
-        import isaaclab
-
-        return isaaclab
+    #: The isaaclab module (read on the class or an instance; imported when first read).
+    lib = BackendModule("isaaclab")
 
     def _observations(self, observations: Any) -> dict[str, torch.Tensor]:
         if not isinstance(observations, dict):

@@ -21,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs._partial import all_true
 from tdrl.envs.common import EnvBase
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["IsaacGymEnv", "IsaacGymWrapper"]
 
@@ -101,12 +102,8 @@ class IsaacGymWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch, device=device
         )
 
-    @property
-    def lib(self) -> Any:
-        """The isaacgym module."""
-        import isaacgym
-
-        return isaacgym
+    #: The isaacgym module (read on the class or an instance; imported when first read).
+    lib = BackendModule("isaacgym")
 
     def _observations(self, obs_dict: dict) -> dict[str, torch.Tensor]:
         device = self.device

@@ -28,6 +28,7 @@ from tdrl.data.specs import (
     Unbounded,
 )
 from tdrl.envs.common import EnvBase
+from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.libs.jax_utils import (
     PyTreeCodec,
     flatten_batch,
@@ -215,12 +216,8 @@ class JumanjiWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch, device=device
         )
 
-    @property
-    def lib(self) -> Any:
-        """The jumanji module."""
-        import jumanji
-
-        return jumanji
+    #: The jumanji module (read on the class or an instance; imported when first read).
+    lib = BackendModule("jumanji")
 
     # ------------------------------------------------------------------ conversion
     def read_action(self, action: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from tdrl.envs.gym_like import GymLikeEnv
+from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.libs.gym import gym_space_to_spec
 
 __all__ = ["RoboHiveEnv"]
@@ -229,9 +230,5 @@ class RoboHiveEnv(GymLikeEnv):
         else:
             self._env.reset(seed=int(seed))
 
-    @property
-    def lib(self) -> Any:
-        """The robohive module."""
-        import robohive
-
-        return robohive
+    #: The robohive module (read on the class or an instance; imported when first read).
+    lib = BackendModule("robohive")

@@ -21,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.data.specs import Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from tdrl.envs._partial import all_true
 from tdrl.envs.common import EnvBase
+from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
 
 __all__ = ["UnityMLAgentsEnv", "UnityMLAgentsWrapper"]
@@ -152,12 +153,8 @@ class UnityMLAgentsWrapper(EnvBase):
         self.full_reward_spec = reward.to(device or "cpu")
         self.full_done_spec = done.to(device or "cpu")
 
-    @property
-    def lib(self) -> Any:
-        """The mlagents_envs module."""
-        import mlagents_envs
-
-        return mlagents_envs
+    #: The mlagents_envs module (read on the class or an instance; imported when first read).
+    lib = BackendModule("mlagents_envs")
 
     # ------------------------------------------------------------------ simulator I/O
     def _collect(self) -> dict[str, dict]:

@@ -51,3 +51,12 @@ def test_make_backend_env_errors_name_the_backend():
             make_backend_env("no_builder", "x")
     finally:
         del BACKENDS["no_builder"]
+
+
+def test_wrappers_give_their_backend_module_on_the_class():
+    chess = pytest.importorskip("chess")
+    from tdrl.envs import ChessEnv, MultiThreadedEnvWrapper
+
+    assert ChessEnv.lib is chess
+    envpool = pytest.importorskip("envpool")
+    assert MultiThreadedEnvWrapper.lib is envpool
