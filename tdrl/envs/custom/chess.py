@@ -202,7 +202,7 @@ class ChessEnv(EnvBase):
         self.full_done_spec = Composite(done=flag, terminated=flag.clone(), device=device)
 
     # ------------------------------------------------------------------ properties
-    #: python-chess module (read on the class or an instance; imported when first read).
+    #: The python-chess module (read on the class or an instance; imported when first read).
     lib = BackendModule("chess")
 
     @property
