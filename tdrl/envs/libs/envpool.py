@@ -67,8 +67,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         device: the device of the data.
 
     Examples:
+        >>> import gymnasium
         >>> class FakePool:  # the few members of an EnvPool env the wrapper uses
-        ...     import gymnasium
         ...     observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,))
         ...     action_space = gymnasium.spaces.Discrete(2)
         ...     num_envs = 3
