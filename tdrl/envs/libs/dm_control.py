@@ -60,9 +60,10 @@ def dm_spec_to_spec(spec: Any, device: Any = None, where: str = "spec") -> Any:
     scalar becomes shape ``(1,)``; dtypes are kept.
 
     Examples:
-        >>> from dm_env import specs  # doctest: +SKIP
-        >>> dm_spec_to_spec(specs.BoundedArray((2,), float, -1.0, 1.0))  # doctest: +SKIP
-        Bounded(shape=torch.Size([2]), ..., dtype=torch.float64, ...)
+        >>> from dm_env import specs
+        >>> spec = dm_spec_to_spec(specs.BoundedArray((2,), float, -1.0, 1.0))
+        >>> type(spec).__name__, spec.shape, spec.dtype
+        ('Bounded', torch.Size([2]), torch.float64)
     """
     if isinstance(spec, Mapping):
         return Composite(
@@ -114,9 +115,9 @@ class DMControlWrapper(EnvBase):
         allow_done_after_reset: see :class:`~tdrl.envs.EnvBase`.
 
     Examples:
-        >>> from dm_control import suite  # doctest: +SKIP
-        >>> env = DMControlWrapper(suite.load("cheetah", "run"))  # doctest: +SKIP
-        >>> env.rollout(3)["next", "velocity"].shape  # doctest: +SKIP
+        >>> from dm_control import suite
+        >>> env = DMControlWrapper(suite.load("cheetah", "run"))
+        >>> env.rollout(3)["next", "velocity"].shape
         torch.Size([3, 9])
     """
 
@@ -404,9 +405,9 @@ class DMControlEnv(DMControlWrapper):
 
     Examples:
         >>> from tdrl.envs.libs.dm_control import DMControlEnv
-        >>> env = DMControlEnv("cheetah", "run", frame_skip=2)  # doctest: +SKIP
-        >>> _ = env.set_seed(0)  # doctest: +SKIP
-        >>> env.rollout(4)["next", "reward"].shape  # doctest: +SKIP
+        >>> env = DMControlEnv("cheetah", "run", frame_skip=2)
+        >>> _ = env.set_seed(0)
+        >>> env.rollout(4)["next", "reward"].shape
         torch.Size([4, 1])
     """
 

@@ -50,9 +50,9 @@ class MOGymWrapper(GymWrapper):
         **kwargs: the keyword arguments of :class:`~tdrl.envs.GymWrapper`.
 
     Examples:
-        >>> import mo_gymnasium  # doctest: +SKIP
-        >>> env = MOGymWrapper(mo_gymnasium.make("minecart-v0"))  # doctest: +SKIP
-        >>> env.rollout(3)["next", "reward"].shape  # doctest: +SKIP
+        >>> import mo_gymnasium
+        >>> env = MOGymWrapper(mo_gymnasium.make("minecart-v0"))
+        >>> env.rollout(3)["next", "reward"].shape
         torch.Size([3, 3])
     """
 
@@ -104,8 +104,8 @@ class MOGymEnv(MOGymWrapper):
 
     Examples:
         >>> from tdrl.envs import MOGymEnv
-        >>> env = MOGymEnv("mo-mountaincarcontinuous-v0")  # doctest: +SKIP
-        >>> env.reward_spec.shape  # doctest: +SKIP
+        >>> env = MOGymEnv("mo-mountaincarcontinuous-v0")
+        >>> env.reward_spec.shape
         torch.Size([2])
     """
 
