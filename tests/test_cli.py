@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from tdrl._utils import drop_unset_tensordict_options
-from tdrl.cli import build_parser
+from tdrl.cli import build_parser, main
 
 av = pytest.importorskip("av")
 
@@ -139,13 +139,13 @@ def test_check_env_builds_with_the_chosen_backend():
     assert "check_env_specs: OK" in result.stdout
 
 
-def test_check_env_names_unknown_and_missing_backends():
-    result = run_tdrl("check-env", "--lib", "nosuchlib", "x")
-    assert result.returncode == 2
-    assert "--lib: expected one of" in result.stderr and "'nosuchlib'" in result.stderr
-    result = run_tdrl("check-env", "--lib", "isaacgym", "Ant")
-    assert result.returncode == 2
-    assert "pip install isaacgym" in result.stderr
-    result = run_tdrl("check-env", "--lib", "dm_control", "cheetah")
-    assert result.returncode == 2
-    assert "DOMAIN/TASK" in result.stderr and "Traceback" not in result.stderr
+def test_check_env_names_unknown_and_missing_backends(capsys):
+    # in-process: the three error paths need no fresh interpreter each
+    assert main(["check-env", "--lib", "nosuchlib", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--lib: expected one of" in err and "'nosuchlib'" in err
+    assert main(["check-env", "--lib", "isaacgym", "Ant"]) == 2
+    assert "pip install isaacgym" in capsys.readouterr().err
+    assert main(["check-env", "--lib", "dm_control", "cheetah"]) == 2
+    err = capsys.readouterr().err
+    assert "DOMAIN/TASK" in err and "Traceback" not in err
