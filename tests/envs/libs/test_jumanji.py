@@ -90,6 +90,8 @@ def test_batch_unlocked_resets_any_batch_and_episodes_end(snake):
     assert (data["next", "state", "step_count"][:, 1:][after] == 1).all()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # op-by-op JAX dispatch (jit=False) through two spec checks
 def test_one_hot_and_multi_discrete_actions():
     one_hot = JumanjiEnv("Snake-v1", categorical_action_encoding=False, jit=False)
     assert isinstance(one_hot.action_spec, OneHot)
