@@ -1,4 +1,8 @@
-"""ChessEnv: chess on a python-chess board, one move per step, both sides played by the policy."""
+"""ChessEnv: chess on a python-chess board, one move per step, both sides played by the policy.
+
+Written against python-chess 1.11 (``chess.Board`` and its SAN moves); board images are drawn
+with Pillow.
+"""
 
 from __future__ import annotations
 

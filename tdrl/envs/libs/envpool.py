@@ -1,4 +1,8 @@
-"""MultiThreadedEnv: batched envs stepped by EnvPool's C++ thread pool (optional extra)."""
+"""MultiThreadedEnv: batched envs stepped by EnvPool's C++ thread pool (optional extra).
+
+Written against EnvPool 1.2 (``envpool.make(task_id, env_type="gym", num_envs=N, seed=S)``;
+gymnasium-style ``reset(env_id)`` / ``step(action, env_id)`` over a subset of the envs).
+"""
 
 from __future__ import annotations
 
