@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -81,9 +82,21 @@ def _folder_size(path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------ info
+#: Optional libraries of tdrl.data (pip name, import name), listed by ``tdrl info``.
+_DATA_LIBRARIES = (
+    ("h5py", "h5py"),
+    ("minari", "minari"),
+    ("huggingface_hub", "huggingface_hub"),
+    ("datasets", "datasets"),
+    ("tokenizers", "tokenizers"),
+    ("transformers", "transformers"),
+    ("scikit-learn", "sklearn"),
+)
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the versions of tdrl and its dependencies, and the simulator libraries found."""
-    from tdrl.envs.utils import get_available_libraries
+    from tdrl.envs.libs.backends import backend_status
 
     rows = [
         ("python", platform.python_version()),
@@ -95,25 +108,42 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     print("versions")
     print(_table(rows))
-    libraries = get_available_libraries()
     print("\nsimulator libraries")
-    print(_table([(name, "yes" if found else "no") for name, found in libraries.items()]))
+    backends = [
+        (name, "yes" if found else "no", version or "-", package)
+        for name, found, version, package in backend_status()
+    ]
+    print(_table(backends, header=("library", "installed", "version", "pip package")))
+    print("\ndata libraries (offline datasets, LLM data)")
+    data = [
+        (name, _version(name) if importlib.util.find_spec(module) else "-")
+        for name, module in _DATA_LIBRARIES
+    ]
+    print(_table(data, header=("library", "version")))
     return 0
 
 
 # ------------------------------------------------------------------------- check-env
 def cmd_check_env(args: argparse.Namespace) -> int:
-    """Build ``GymEnv(env_id)``, print its specs and run ``check_env_specs`` on it."""
-    from tdrl.envs import GymEnv
+    """Build ``env_id`` with the ``--lib`` backend, print its specs and run ``check_env_specs``."""
+    from tdrl.envs.libs.backends import BACKENDS, make_backend_env
     from tdrl.envs.utils import check_env_specs
 
-    try:
-        env = GymEnv(args.env_id)
-    except Exception as err:  # any failure of the simulator library to build the env
-        print(f"cannot build GymEnv({args.env_id!r}): {type(err).__name__}: {err}", file=sys.stderr)
+    row = BACKENDS.get(args.lib)
+    label = f"{args.lib}:{args.env_id}"
+    if row is None:
+        print(f"--lib: expected one of {', '.join(BACKENDS)}, got {args.lib!r}", file=sys.stderr)
         return 2
     try:
-        print(f"GymEnv({args.env_id!r}): batch_size={list(env.batch_size)}, device={env.device}")
+        env = make_backend_env(args.lib, args.env_id)
+    except Exception as err:  # any failure of the simulator library to build the env
+        hint = f" (env ids: {row.env_id_help})" if row.env_id_help else ""
+        print(f"cannot build {label}: {type(err).__name__}: {err}{hint}", file=sys.stderr)
+        return 2
+    try:
+        print(
+            f"{label} ({type(env).__name__}): batch_size={list(env.batch_size)}, device={env.device}"
+        )
         for name in ("observation", "action", "reward", "done", "state"):
             spec = getattr(env, f"full_{name}_spec")
             print(f"\n{name}_spec:\n{spec}")
@@ -512,10 +542,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check-env",
-        help="build a GymEnv, print its specs and run check_env_specs",
-        description="Build GymEnv(ENV_ID), print its specs and check a short rollout against them.",
+        help="build an env, print its specs and run check_env_specs",
+        description=(
+            "Build ENV_ID with a simulator backend (gymnasium by default), print its specs and "
+            "check a short rollout against them. `tdrl info` lists the backends."
+        ),
     )
-    check.add_argument("env_id", metavar="ENV_ID", help="a gymnasium env id, e.g. CartPole-v1")
+    check.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        help="the env id, e.g. CartPole-v1 (gymnasium) or cheetah/run (dm_control)",
+    )
+    check.add_argument(
+        "--lib",
+        default="gymnasium",
+        metavar="LIB",
+        help="the backend that builds ENV_ID (default gymnasium; see `tdrl info`)",
+    )
     check.add_argument(
         "--seed", type=int, default=0, help="seed of the checked rollout (default 0)"
     )

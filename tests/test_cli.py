@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import textwrap
 import pytest
 
 from tdrl._utils import drop_unset_tensordict_options
-from tdrl.cli import build_parser
+from tdrl.cli import build_parser, main
 
 av = pytest.importorskip("av")
 
@@ -49,7 +50,14 @@ def test_info_prints_versions_and_libraries():
     for name in ("python", "torch", "tensordict", "numpy", "gymnasium", "tdrl"):
         assert f"\n{name} " in "\n" + result.stdout
     assert "simulator libraries" in result.stdout
-    assert "gymnasium      yes" in result.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line}
+    assert rows["gymnasium"][0] == "yes"
+    assert rows["isaacgym"][:2] == ["no", "-"]  # not installable here
+    assert rows["mpe2"][0] == "yes"  # installed by the lock, next to pettingzoo
+    data = result.stdout.split("data libraries")[1]
+    data_rows = {line.split()[0]: line.split()[1] for line in data.splitlines()[3:] if line}
+    assert data_rows["h5py"] == importlib.metadata.version("h5py")
+    assert set(data_rows) >= {"minari", "datasets", "transformers", "tokenizers", "scikit-learn"}
 
 
 def test_check_env_prints_specs_and_passes():
@@ -63,7 +71,7 @@ def test_check_env_prints_specs_and_passes():
 def test_check_env_unknown_id_fails_cleanly():
     result = run_tdrl("check-env", "NoSuchEnv-v0")
     assert result.returncode == 2
-    assert "cannot build GymEnv('NoSuchEnv-v0')" in result.stderr
+    assert "cannot build gymnasium:NoSuchEnv-v0" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -127,3 +135,23 @@ def test_bench_only_filter(tmp_path):
     result = run_tdrl("bench", "--dir", str(folder), "--only", "good")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bench_broken" not in result.stdout
+
+
+def test_check_env_builds_with_the_chosen_backend():
+    pytest.importorskip("dm_control")
+    result = run_tdrl("check-env", "--lib", "dm_control", "cheetah/run")
+    assert result.returncode == 0, result.stderr
+    assert "dm_control:cheetah/run (DMControlEnv)" in result.stdout
+    assert "check_env_specs: OK" in result.stdout
+
+
+def test_check_env_names_unknown_and_missing_backends(capsys):
+    # in-process: the three error paths need no fresh interpreter each
+    assert main(["check-env", "--lib", "nosuchlib", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--lib: expected one of" in err and "'nosuchlib'" in err
+    assert main(["check-env", "--lib", "isaacgym", "Ant"]) == 2
+    assert "pip install isaacgym" in capsys.readouterr().err
+    assert main(["check-env", "--lib", "dm_control", "cheetah"]) == 2
+    err = capsys.readouterr().err
+    assert "DOMAIN/TASK" in err and "Traceback" not in err

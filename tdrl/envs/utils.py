@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,35 +37,6 @@ __all__ = [
     "step_mdp",
     "terminated_or_truncated",
 ]
-
-#: Simulator libraries tdrl has wrappers for, by import name.
-_LIBRARIES = (
-    "gymnasium",
-    "gym",
-    "dm_control",
-    "pettingzoo",
-    "mpe2",
-    "vmas",
-    "envpool",
-    "open_spiel",
-    "mujoco",
-    "brax",
-    "jumanji",
-    "chess",
-    "meltingpot",
-    "smacv2",
-    "isaacgym",
-    "habitat",
-    "mlagents_envs",
-    "robohive",
-    "openml",
-    "minari",
-    "d4rl",
-    "datasets",
-    "transformers",
-    "tokenizers",
-    "sklearn",
-)
 
 
 def step_mdp(
@@ -217,14 +187,18 @@ def terminated_or_truncated(
 
 
 def get_available_libraries() -> dict[str, bool]:
-    """Map each simulator library tdrl wraps to whether it is installed (nothing is imported).
+    """Map each simulator backend tdrl wraps to whether it is installed (nothing is imported).
+
+    The backends are the rows of :data:`tdrl.envs.libs.backends.BACKENDS`.
 
     Examples:
         >>> libraries = get_available_libraries()
         >>> isinstance(libraries["gymnasium"], bool)
         True
     """
-    return {name: importlib.util.find_spec(name) is not None for name in _LIBRARIES}
+    from tdrl.envs.libs.backends import BACKENDS
+
+    return {name: row.installed for name, row in BACKENDS.items()}
 
 
 CHECK_FAIL = "check_env_specs: {what} at key {key!r}: {detail}"

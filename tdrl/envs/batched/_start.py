@@ -5,8 +5,9 @@ started from a context object (``multiprocessing.get_context(method)``).
 
 ``fork`` is the fastest (the worker inherits the loaded modules and the shared
 buffers) and is picked when it is safe: on Linux, with CUDA not initialised in
-the parent and no other Python thread running (a thread could hold a lock at
-fork time that the child would then never see released). Otherwise a fork
+the parent, no JAX runtime started (it runs native threads) and no other
+Python thread running (a thread could hold a lock at fork time that the child
+would then never see released). Otherwise a fork
 server preloaded with torch, tensordict and tdrl is used, so that each worker
 forks from a process that already imported them; ``spawn`` is the last resort
 (platforms without fork).
@@ -40,9 +41,20 @@ def fork_unsafe_reason() -> str | None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA is initialised in this process"
+    if _jax_started():
+        return "JAX has started its runtime in this process (its threads do not survive a fork)"
     if threading.active_count() > 1:
         return f"{threading.active_count() - 1} other Python thread(s) are running"
     return None
+
+
+def _jax_started() -> bool:
+    """Whether JAX runs in this process (imported, with a backend started or unknown)."""
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    started = getattr(bridge, "backends_are_initialized", None)
+    return True if started is None else bool(started())
 
 
 def default_start_method() -> str:

@@ -1,8 +1,13 @@
-"""MultiThreadedEnv: batched envs stepped by EnvPool's C++ thread pool (optional extra)."""
+"""MultiThreadedEnv: batched envs stepped by EnvPool's C++ thread pool (optional extra).
+
+Written against EnvPool 1.2 (``envpool.make(task_id, env_type="gym", num_envs=N, seed=S)``;
+gymnasium-style ``reset(env_id)`` / ``step(action, env_id)`` over a subset of the envs).
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from typing import Any
 
 import numpy as np
@@ -13,10 +18,32 @@ from tdrl.data import Categorical, Composite, Unbounded
 from tdrl.envs._partial import all_true
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._gym_spaces import make_space_codec
+from tdrl.envs.libs.backends import BackendModule
 
 __all__ = ["MultiThreadedEnv", "MultiThreadedEnvWrapper"]
 
 _HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
+
+
+def _fix_lower_bounds(space: Any) -> Any:
+    """``space`` with float lower bounds equal to the dtype's tiniest positive number made -inf.
+
+    EnvPool 1.2 declares unbounded float observations (its DeepMind Control tasks) with a
+    lower bound of ``numeric_limits<T>::min()``, the smallest *positive* number, where
+    ``-inf`` is meant; taken literally, every negative observation would be out of its spec.
+    """
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, dict):
+        return type(space)({key: _fix_lower_bounds(sub) for key, sub in spaces.items()})
+    low = getattr(space, "low", None)
+    dtype = getattr(space, "dtype", None)
+    if low is None or dtype is None or not np.issubdtype(dtype, np.floating):
+        return space
+    tiny = np.finfo(dtype).tiny
+    if not np.any(low == tiny):
+        return space
+    low = np.where(low == tiny, -np.inf, low)
+    return type(space)(low=low, high=space.high, shape=space.shape, dtype=dtype)
 
 
 def _num_envs(env: Any) -> int:
@@ -44,8 +71,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         device: the device of the data.
 
     Examples:
+        >>> import gymnasium
         >>> class FakePool:  # the few members of an EnvPool env the wrapper uses
-        ...     import gymnasium
         ...     observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,))
         ...     action_space = gymnasium.spaces.Discrete(2)
         ...     num_envs = 3
@@ -75,7 +102,9 @@ class MultiThreadedEnvWrapper(EnvBase):
         self._env = env
         self.num_workers = num_envs
         batch = (num_envs,)
-        self._obs_codec = make_space_codec(env.observation_space, batch, False, device)
+        self._obs_codec = make_space_codec(
+            _fix_lower_bounds(env.observation_space), batch, False, device
+        )
         self._action_codec = make_space_codec(
             env.action_space, batch, categorical_action_encoding, device
         )
@@ -91,12 +120,8 @@ class MultiThreadedEnvWrapper(EnvBase):
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch
         )
 
-    @property
-    def lib(self) -> Any:
-        """The envpool module."""
-        import envpool
-
-        return envpool
+    #: The envpool module (read on the class or an instance; imported when first read).
+    lib = BackendModule("envpool")
 
     def _pad(self, raw: Any, ids: np.ndarray | None) -> Any:
         """Rows of the envs ``ids`` placed in a full-batch array (zeros elsewhere)."""
@@ -139,6 +164,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         return mask.nonzero().squeeze(-1).cpu().numpy().astype(np.int32)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        if self.is_closed:
+            self._reopen()
         ids = self._ids(tensordict.get("_reset", None) if tensordict is not None else None)
         result = self._env.reset(ids) if ids is not None else self._env.reset()
         observation = result[0] if isinstance(result, tuple) else result
@@ -179,12 +206,31 @@ class MultiThreadedEnvWrapper(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         # EnvPool seeds at construction; MultiThreadedEnv rebuilds the pool with the seed.
+        if seed is None:
+            return
         rebuild = getattr(self, "_rebuild", None)
-        if seed is not None and rebuild is not None:
-            rebuild(seed)
+        if rebuild is None:
+            warnings.warn(
+                "MultiThreadedEnvWrapper.set_seed: an EnvPool env is seeded when it is built "
+                "(envpool.make(..., seed=...)); the wrapped pool keeps its seed",
+                stacklevel=3,
+            )
+            return
+        rebuild(seed)
+
+    def _reopen(self) -> None:
+        """Build a new pool after :meth:`close` (only envs built by name can)."""
+        rebuild = getattr(self, "_rebuild", None)
+        if rebuild is None:
+            raise RuntimeError(
+                "MultiThreadedEnvWrapper: the EnvPool env was closed and cannot be rebuilt; "
+                "wrap a new one (MultiThreadedEnv rebuilds its pool on reset)"
+            )
+        rebuild(self._last_seed)
+        self.is_closed = False
 
     def close(self, *, raise_if_closed: bool = True) -> None:
-        """Close the pool."""
+        """Close the pool (a MultiThreadedEnv builds a new one at its next reset)."""
         close = getattr(self._env, "close", None)
         if close is not None:
             close()
@@ -226,6 +272,7 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
             )
         self.env_name = env_name.replace("ALE/", "")
         self.create_env_kwargs = dict(create_env_kwargs or {})
+        self._last_seed: int | None = None
         env = self._make(num_workers, self.create_env_kwargs)
         super().__init__(
             env,
@@ -239,6 +286,17 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
 
         return envpool.make(self.env_name, env_type="gym", num_envs=num_workers, **kwargs)
 
-    def _rebuild(self, seed: int) -> None:
-        self._env.close()
-        self._env = self._make(self.num_workers, {**self.create_env_kwargs, "seed": int(seed)})
+    def _rebuild(self, seed: int | None) -> None:
+        """Replace the pool by a new one seeded with ``seed`` (the default seed when None)."""
+        if not self.is_closed:
+            self._env.close()
+        self._last_seed = seed
+        kwargs = dict(self.create_env_kwargs)
+        if seed is not None:
+            kwargs["seed"] = int(seed) % 2**31
+        self._env = self._make(self.num_workers, kwargs)
+
+
+def _make_from_id(env_id: str, **kwargs: Any) -> MultiThreadedEnv:
+    """``MultiThreadedEnv(2, env_id)`` for ``tdrl check-env --lib envpool``."""
+    return MultiThreadedEnv(2, env_id, **kwargs)
