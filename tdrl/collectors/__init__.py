@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from tdrl.collectors.sync import DataCollectorBase, SyncDataCollector
+from tdrl.collectors.base import DataCollectorBase
+from tdrl.collectors.collector import Collector
+from tdrl.collectors.sync import SyncDataCollector
 from tdrl.collectors.utils import split_trajectories
 from tdrl.envs.utils import RandomPolicy
 
-__all__ = ["DataCollectorBase", "RandomPolicy", "SyncDataCollector", "split_trajectories"]
+__all__ = [
+    "Collector",
+    "DataCollectorBase",
+    "RandomPolicy",
+    "SyncDataCollector",
+    "split_trajectories",
+]
