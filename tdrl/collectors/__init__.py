@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from tdrl.collectors.base import DataCollectorBase
 from tdrl.collectors.collector import Collector
+from tdrl.collectors.multi import (
+    AsyncCollector,
+    MultiAsyncCollector,
+    MultiaSyncDataCollector,
+    MultiSyncCollector,
+    MultiSyncDataCollector,
+    aSyncDataCollector,
+)
 from tdrl.collectors.sync import SyncDataCollector
 from tdrl.collectors.utils import split_trajectories
 from tdrl.envs.utils import RandomPolicy
 
 __all__ = [
+    "AsyncCollector",
     "Collector",
     "DataCollectorBase",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
     "RandomPolicy",
     "SyncDataCollector",
+    "aSyncDataCollector",
     "split_trajectories",
 ]

@@ -1,14 +1,14 @@
-"""Collector: the one constructor for every execution strategy (in process, worker processes, Ray).
+"""Collector: one constructor for collection in this process or in worker processes.
 
 ``Collector(env_fn, policy, ...)`` collects in the calling process (it is then a
 :class:`~tdrl.collectors.SyncDataCollector`); ``num_collectors`` / ``backend`` place the same
-collection in worker processes (``"process"``) or Ray actors (``"ray"``) and return the matching
-collector class, with the same iteration, replay-buffer, lifecycle and weight-update interface.
+collection in worker processes (``"process"``) and return the matching multi-process collector
+class, with the same iteration, replay-buffer, lifecycle and weight-update interface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tdrl.collectors.sync import SyncDataCollector
@@ -16,7 +16,11 @@ from tdrl.collectors.sync import SyncDataCollector
 __all__ = ["BACKENDS", "Collector"]
 
 #: backend name -> the kind of collector it builds
-BACKENDS = {"direct": "direct"}
+BACKENDS = {
+    "direct": "direct",
+    "process": "process",
+    "multiprocessing": "process",
+}
 #: keyword arguments the dispatch sets itself, so backend_options may not
 _RESERVED = ("sync", "num_collectors", "create_env_fn")
 
@@ -76,15 +80,13 @@ class Collector(SyncDataCollector):
     processes: the result is a :class:`~tdrl.collectors.MultiSyncDataCollector` when
     ``sync=True`` (batches gathered from every worker) and a
     :class:`~tdrl.collectors.MultiaSyncDataCollector` otherwise (the first batch ready).
-    ``backend="ray"`` runs the collectors as Ray actors (:class:`~tdrl.collectors.RayCollector`).
 
     Args:
         create_env_fn: an env or env constructor, or a list of constructors (one per collector).
         policy: the collection policy.
         backend: ``None`` (in process for one collector, worker processes for more),
-            ``"direct"``, ``"process"`` (or ``"multiprocessing"``) or ``"ray"``.
-        backend_options: extra keyword arguments of the backend's collector class (for Ray,
-            ``remote_configs``, ``ray_init_config``...).
+            ``"direct"`` or ``"process"`` (or ``"multiprocessing"``).
+        backend_options: extra keyword arguments of the backend's collector class.
         num_collectors: the number of collectors (the length of a list of constructors by
             default).
         sync: with several collectors, gather every worker's batch (True) or yield batches
@@ -147,10 +149,11 @@ class Collector(SyncDataCollector):
                     f"backend_options: the direct backend takes none, got {sorted(backend_options)}"
                 )
             return super().__new__(cls)
-        raise ValueError(
-            f"Collector: {count} collectors need worker processes, which this version does not "
-            "provide; pass one env constructor"
-        )
+        options = _merge_options(backend_options, kwargs)
+        from tdrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
+
+        target: Callable[..., Any] = MultiSyncDataCollector if sync else MultiaSyncDataCollector
+        return target(fns, **options)
 
     def __init__(
         self,
