@@ -12,6 +12,7 @@ from tdrl.collectors.multi import (
     MultiSyncDataCollector,
     aSyncDataCollector,
 )
+from tdrl.collectors.ray_collector import RayCollector
 from tdrl.collectors.sync import SyncDataCollector
 from tdrl.collectors.utils import split_trajectories
 from tdrl.envs.utils import RandomPolicy
@@ -25,6 +26,7 @@ __all__ = [
     "MultiSyncDataCollector",
     "MultiaSyncDataCollector",
     "RandomPolicy",
+    "RayCollector",
     "SyncDataCollector",
     "aSyncDataCollector",
     "split_trajectories",

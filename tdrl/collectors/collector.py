@@ -1,9 +1,9 @@
-"""Collector: one constructor for collection in this process or in worker processes.
+"""Collector: one constructor for collection in this process, in worker processes or on Ray.
 
 ``Collector(env_fn, policy, ...)`` collects in the calling process (it is then a
 :class:`~tdrl.collectors.SyncDataCollector`); ``num_collectors`` / ``backend`` place the same
-collection in worker processes (``"process"``) and return the matching multi-process collector
-class, with the same iteration, replay-buffer, lifecycle and weight-update interface.
+collection in worker processes (``"process"``) or Ray actors (``"ray"``) and return the matching
+collector class, with the same iteration, replay-buffer, lifecycle and weight-update interface.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ BACKENDS = {
     "direct": "direct",
     "process": "process",
     "multiprocessing": "process",
+    "ray": "ray",
 }
 #: keyword arguments the dispatch sets itself, so backend_options may not
 _RESERVED = ("sync", "num_collectors", "create_env_fn")
@@ -80,13 +81,15 @@ class Collector(SyncDataCollector):
     processes: the result is a :class:`~tdrl.collectors.MultiSyncDataCollector` when
     ``sync=True`` (batches gathered from every worker) and a
     :class:`~tdrl.collectors.MultiaSyncDataCollector` otherwise (the first batch ready).
+    ``backend="ray"`` runs the collectors as Ray actors (:class:`~tdrl.collectors.RayCollector`).
 
     Args:
         create_env_fn: an env or env constructor, or a list of constructors (one per collector).
         policy: the collection policy.
         backend: ``None`` (in process for one collector, worker processes for more),
-            ``"direct"`` or ``"process"`` (or ``"multiprocessing"``).
-        backend_options: extra keyword arguments of the backend's collector class.
+            ``"direct"``, ``"process"`` (or ``"multiprocessing"``) or ``"ray"``.
+        backend_options: extra keyword arguments of the backend's collector class (for Ray,
+            ``remote_configs``, ``ray_init_config``...).
         num_collectors: the number of collectors (the length of a list of constructors by
             default).
         sync: with several collectors, gather every worker's batch (True) or yield batches
@@ -150,6 +153,10 @@ class Collector(SyncDataCollector):
                 )
             return super().__new__(cls)
         options = _merge_options(backend_options, kwargs)
+        if kind == "ray":
+            from tdrl.collectors.ray_collector import RayCollector
+
+            return RayCollector(fns, sync=bool(sync), **options)
         from tdrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
 
         target: Callable[..., Any] = MultiSyncDataCollector if sync else MultiaSyncDataCollector
