@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tdrl.collectors.base import DataCollectorBase
 from tdrl.collectors.collector import Collector
+from tdrl.collectors.evaluator import Evaluator
 from tdrl.collectors.multi import (
     AsyncCollector,
     MultiAsyncCollector,
@@ -21,6 +22,7 @@ __all__ = [
     "AsyncCollector",
     "Collector",
     "DataCollectorBase",
+    "Evaluator",
     "MultiAsyncCollector",
     "MultiSyncCollector",
     "MultiSyncDataCollector",

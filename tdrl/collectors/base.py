@@ -167,6 +167,8 @@ class DataCollectorBase(abc.ABC):
         buffer.extend(data)
 
     def _clear_pipeline(self) -> None:
+        # batches already collected for next() belong to the state being reset
+        self._iterator = None
         if self._assembler is not None:
             self._assembler.clear()
 

@@ -132,6 +132,8 @@ class _MultiCollector(DataCollectorBase):
         self._processes: list = []
         self._connections: list[Connection] = []
         self._finalizer: Any = None
+        #: each worker's shared batch buffer, once it has sent it
+        self._buffers: dict[int, TensorDictBase] = {}
         self._start(
             [
                 (
@@ -428,13 +430,12 @@ class MultiSyncDataCollector(_MultiCollector):
         return -(-self.frames_per_batch // self.num_workers)
 
     def _raw_batches(self) -> Iterator[TensorDictBase]:
-        buffers: dict[int, TensorDictBase] = {}
         while self._frames < self.total_frames:
             self._iter += 1
             for worker in range(self.num_workers):
                 self._send(worker, "collect")
             batches = [
-                self._receive_batch(worker, buffers)[0] for worker in range(self.num_workers)
+                self._receive_batch(worker, self._buffers)[0] for worker in range(self.num_workers)
             ]
             data = self._gather(batches)
             self._frames += data.numel()
@@ -500,7 +501,6 @@ class MultiaSyncDataCollector(_MultiCollector):
         **kwargs: Any,
     ) -> None:
         self._pending = set()
-        self._buffers: dict[int, TensorDictBase] = {}
         super().__init__(create_env_fn, policy, **kwargs)
 
     def _raw_batches(self) -> Iterator[TensorDictBase]:
