@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
-from tdrl.collectors.sync import DataCollectorBase, SyncDataCollector
+from tdrl.collectors.base import DataCollectorBase
+from tdrl.collectors.collector import Collector
+from tdrl.collectors.evaluator import Evaluator
+from tdrl.collectors.multi import (
+    AsyncCollector,
+    MultiAsyncCollector,
+    MultiaSyncDataCollector,
+    MultiSyncCollector,
+    MultiSyncDataCollector,
+    aSyncDataCollector,
+)
+from tdrl.collectors.ray_collector import RayCollector
+from tdrl.collectors.sync import SyncDataCollector
 from tdrl.collectors.utils import split_trajectories
 from tdrl.envs.utils import RandomPolicy
 
-__all__ = ["DataCollectorBase", "RandomPolicy", "SyncDataCollector", "split_trajectories"]
+__all__ = [
+    "AsyncCollector",
+    "Collector",
+    "DataCollectorBase",
+    "Evaluator",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
+    "RandomPolicy",
+    "RayCollector",
+    "SyncDataCollector",
+    "aSyncDataCollector",
+    "split_trajectories",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import abc
 import math
 import warnings
 from collections import OrderedDict
@@ -10,100 +9,29 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
-from tdrl.collectors.utils import _replace_last, split_trajectories
+from tdrl.collectors.base import (
+    DataCollectorBase,
+    Policy,
+    as_weights,
+    check_frames,
+    make_env,
+    make_policy,
+)
+from tdrl.collectors.policy import (
+    DeviceCastPolicy,
+    RandomPhasePolicy,
+    register_policy_transforms,
+    unwrap_policy,
+)
+from tdrl.collectors.utils import _replace_last
 from tdrl.envs.common import EnvBase
 from tdrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
 
 __all__ = ["DataCollectorBase", "SyncDataCollector"]
 
 TRAJ_IDS_KEY = ("collector", "traj_ids")
-
-Policy = Callable[[TensorDictBase], TensorDictBase]
-
-
-class DataCollectorBase(abc.ABC):
-    """Base of the data collectors: iteration protocol, length and the common interface.
-
-    Subclasses implement :meth:`iterator`, :meth:`shutdown`, :meth:`set_seed`,
-    :meth:`state_dict`, :meth:`load_state_dict` and :meth:`update_policy_weights_`.
-
-    Examples:
-        >>> from tdrl.collectors import DataCollectorBase, SyncDataCollector
-        >>> issubclass(SyncDataCollector, DataCollectorBase)
-        True
-    """
-
-    frames_per_batch: int
-    total_frames: float
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        return self.iterator()
-
-    @abc.abstractmethod
-    def iterator(self) -> Iterator[TensorDictBase]:
-        """Yield the batches of collected data."""
-
-    def next(self) -> TensorDictBase:
-        """Collect and return the next batch (an iterator is kept between calls)."""
-        iterator = self.__dict__.get("_iterator")
-        if iterator is None:
-            iterator = self._iterator = iter(self)
-        try:
-            return next(iterator)
-        except StopIteration:
-            self._iterator = None
-            raise
-
-    def __len__(self) -> int:
-        if math.isinf(self.total_frames):
-            raise RuntimeError(
-                "a collector with total_frames=-1 runs forever and has no length; "
-                "pass a positive total_frames to get one"
-            )
-        return -(-int(self.total_frames) // self.frames_per_batch)
-
-    @abc.abstractmethod
-    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Release the collector's resources."""
-
-    @abc.abstractmethod
-    def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seed the collector's env(s) and return the next seed."""
-
-    @abc.abstractmethod
-    def state_dict(self) -> OrderedDict:
-        """Return the collector's state."""
-
-    @abc.abstractmethod
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
-
-    @abc.abstractmethod
-    def update_policy_weights_(self, policy_weights: Any = None) -> None:
-        """Refresh the weights of the policy used for collection."""
-
-
-def _make_env(create_env_fn: Any, create_env_kwargs: Mapping[str, Any] | None) -> EnvBase:
-    if isinstance(create_env_fn, EnvBase):
-        if create_env_kwargs:
-            raise ValueError(
-                "create_env_kwargs: expected None when an env instance is passed, got "
-                f"{dict(create_env_kwargs)!r}"
-            )
-        return create_env_fn
-    if not callable(create_env_fn):
-        raise TypeError(
-            "create_env_fn: expected an EnvBase or a callable returning one, got "
-            f"{type(create_env_fn).__name__}"
-        )
-    env = create_env_fn(**(create_env_kwargs or {}))
-    if not isinstance(env, EnvBase):
-        raise TypeError(
-            f"create_env_fn: expected the callable to return an EnvBase, got {type(env).__name__}"
-        )
-    return env
 
 
 def _last(key: Any) -> str:
@@ -114,17 +42,13 @@ def _device(value: Any) -> torch.device | None:
     return None if value is None else torch.device(value)
 
 
-class _DeviceCastPolicy:
-    """Run a policy on its own device: move the data there and the result back."""
-
-    def __init__(self, policy: Policy, policy_device: torch.device, env_device: Any) -> None:
-        self.policy = policy
-        self.policy_device = policy_device
-        self.env_device = env_device
-
-    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
-        out = self.policy(tensordict.to(self.policy_device))
-        return out.to(self.env_device)
+def _has_dynamic_specs(env: EnvBase) -> bool:
+    """Whether a leaf spec of the env has a dim of varying size (-1)."""
+    for spec in (env.output_spec, env.input_spec):
+        for key in spec.keys(include_nested=True, leaves_only=True):
+            if -1 in tuple(spec[key].shape):
+                return True
+    return False
 
 
 class SyncDataCollector(DataCollectorBase):
@@ -137,13 +61,14 @@ class SyncDataCollector(DataCollectorBase):
     collection, a new one is drawn each time an element of the env starts a new trajectory,
     and a trajectory cut by the end of a batch keeps its id in the next batch. Done elements
     are reset as the collection goes on; the env state is carried over from one batch to the
-    next.
+    next. Entries whose key has a part starting with ``"_"`` are left out of the batches.
 
     Args:
         create_env_fn: an env, or a callable returning one (called with ``create_env_kwargs``).
         policy: a callable reading a tensordict and writing the action in it (a
             ``tensordict.nn.TensorDictModule`` for instance). Defaults to a
             :class:`~tdrl.envs.utils.RandomPolicy` of the env's full action spec.
+        policy_factory: a callable building the policy (instead of ``policy``).
         frames_per_batch: frames in each batch; rounded up (with a warning) to a multiple of
             the env's batch numel.
         total_frames: frames to collect before the iteration stops; ``-1`` never stops.
@@ -156,7 +81,10 @@ class SyncDataCollector(DataCollectorBase):
         max_frames_per_traj: truncate trajectories longer than this (a ``StepCounter`` is
             appended to the env); ``None`` or ``0`` leaves them alone.
         init_random_frames: the batches started before this many frames are collected use
-            random actions instead of the policy.
+            random actions instead of the policy. Their steps carry the same entries as the
+            policy's steps (zeros where the policy would have written its outputs), so both
+            kinds of batches fit in one replay buffer; to learn those entries the policy is
+            called once, on the first random batch's first step.
         reset_at_each_iter: reset the env at the start of every batch.
         postproc: a callable applied to each batch before it is yielded.
         split_trajs: yield :func:`~tdrl.collectors.split_trajectories` of each batch
@@ -166,6 +94,25 @@ class SyncDataCollector(DataCollectorBase):
             of a new one; cheaper, but a kept batch changes at the next iteration.
         reset_when_done: reset the elements that are done; with False they are stepped on.
         set_truncated: mark the last step of each batch as truncated (and done).
+        use_buffers: accepted for compatibility; this collector stacks each batch once
+            (there is no separate preallocated-buffer mode in a single process).
+        replay_buffer: a replay buffer the collector extends with every batch (or every
+            group of ``trajs_per_batch`` trajectories, concatenated); iterating then
+            yields None once per collected batch, and :meth:`start` collects in the
+            background.
+        trajs_per_batch: yield batches of this many whole trajectories instead of
+            fixed-size batches (unfinished trajectories are kept until they end).
+        traj_format: the layout of those batches: ``"padded"`` (default; ``[N, T_max]``
+            with a ``("collector", "mask")`` entry) or ``"cat"`` (``[sum of lengths]``).
+        compact_obs: leave the observation and state entries out of ``"next"`` (the root
+            entries of step ``t + 1`` hold them within a trajectory); halves the memory of
+            observations.
+        track_traj_ids: write the ``("collector", "traj_ids")`` entry.
+        trust_policy: accepted for compatibility; the policy is always called as given.
+        auto_register_policy_transforms: when True, a policy whose modules describe the
+            recurrent state they need (a ``make_tensordict_primer()`` method) gets the env
+            transforms that provide it: an :class:`~tdrl.envs.InitTracker` (unless the env
+            already writes ``"is_init"``) and those primers (unless their entries exist).
 
     Examples:
         >>> from tdrl.collectors import SyncDataCollector
@@ -187,6 +134,7 @@ class SyncDataCollector(DataCollectorBase):
         create_env_fn: EnvBase | Callable[..., EnvBase],
         policy: Policy | None = None,
         *,
+        policy_factory: Callable[[], Policy] | None = None,
         frames_per_batch: int,
         total_frames: int = -1,
         device: Any = None,
@@ -203,8 +151,17 @@ class SyncDataCollector(DataCollectorBase):
         return_same_td: bool = False,
         reset_when_done: bool = True,
         set_truncated: bool = False,
+        use_buffers: bool | None = None,
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
+        compact_obs: bool = False,
+        track_traj_ids: bool = True,
+        trust_policy: bool | None = None,
+        auto_register_policy_transforms: bool | None = None,
     ) -> None:
-        env = _make_env(create_env_fn, create_env_kwargs)
+        env = make_env(create_env_fn, create_env_kwargs)
+        policy = make_policy(policy, policy_factory)
         self.env_device = _device(env_device if env_device is not None else device)
         self.policy_device = _device(policy_device if policy_device is not None else device)
         self.storing_device = _device(storing_device if storing_device is not None else device)
@@ -212,6 +169,8 @@ class SyncDataCollector(DataCollectorBase):
             env = env.to(self.env_device)
         if max_frames_per_traj:
             env = self._add_step_counter(env, max_frames_per_traj)
+        if auto_register_policy_transforms:
+            env = register_policy_transforms(env, policy)
         self.env = env
         self.max_frames_per_traj = max_frames_per_traj
         self.policy = self._make_policy(policy)
@@ -220,21 +179,34 @@ class SyncDataCollector(DataCollectorBase):
         self.requested_frames_per_batch = frames_per_batch
         self.init_random_frames = int(init_random_frames or 0)
         self.reset_at_each_iter = reset_at_each_iter
-        self.postproc = postproc
-        self.split_trajs = bool(split_trajs)
         self.exploration_type = exploration_type
         self.return_same_td = return_same_td
         self.reset_when_done = reset_when_done
+        self.use_buffers = use_buffers
+        self.trust_policy = trust_policy
+        self.compact_obs = bool(compact_obs)
+        self.track_traj_ids = bool(track_traj_ids)
         if set_truncated and not any(_last(key) == "truncated" for key in env.done_keys):
             raise ValueError(
                 "set_truncated=True: expected a 'truncated' entry in the env done spec, got "
                 f"done keys {env.done_keys}"
             )
         self.set_truncated = set_truncated
+        self._set_pipeline(
+            split_trajs=split_trajs,
+            postproc=postproc,
+            replay_buffer=replay_buffer,
+            trajs_per_batch=trajs_per_batch,
+            traj_format=traj_format,
+        )
         n_envs = max(env.batch_size.numel(), 1)
         self._n_envs = n_envs
         self._time_steps = self.frames_per_batch // n_envs
         self._end_keys = self._end_of_traj_keys(env)
+        self._compact_keys = self._next_observation_keys(env) if self.compact_obs else []
+        # envs whose entries change shape from step to step give lazily stacked batches
+        self._contiguous = not _has_dynamic_specs(env)
+        self._random_policy: RandomPhasePolicy | None = None
         self._shuttle: TensorDictBase | None = None
         self._buffer: TensorDictBase | None = None
         self._traj_ids = torch.arange(n_envs)
@@ -267,21 +239,18 @@ class SyncDataCollector(DataCollectorBase):
                 "policy: expected a callable on tensordicts (e.g. a TensorDictModule), got "
                 f"{type(policy).__name__}"
             )
+        if isinstance(policy, RandomPolicy):
+            policy.set_action_spec_from_env(self.env)
         env_device = self.env.device
         if self.policy_device is not None and env_device is not None:
             if isinstance(policy, torch.nn.Module):
                 policy = policy.to(self.policy_device)
             if self.policy_device != env_device:
-                return _DeviceCastPolicy(policy, self.policy_device, env_device)
+                return DeviceCastPolicy(policy, self.policy_device, env_device)
         return policy
 
     def _check_frames_per_batch(self, frames_per_batch: int) -> int:
-        if not isinstance(frames_per_batch, int) or isinstance(frames_per_batch, bool):
-            raise TypeError(
-                f"frames_per_batch: expected an int, got {type(frames_per_batch).__name__}"
-            )
-        if frames_per_batch < 1:
-            raise ValueError(f"frames_per_batch: expected a positive int, got {frames_per_batch}")
+        frames_per_batch, _ = check_frames(frames_per_batch, None)
         n_envs = max(self.env.batch_size.numel(), 1)
         if frames_per_batch % n_envs:
             rounded = -(-frames_per_batch // n_envs) * n_envs
@@ -294,15 +263,8 @@ class SyncDataCollector(DataCollectorBase):
         return frames_per_batch
 
     def _check_total_frames(self, total_frames: int | None) -> float:
-        if total_frames is None or total_frames == -1:
-            return math.inf
-        if not isinstance(total_frames, int) or isinstance(total_frames, bool):
-            raise TypeError(f"total_frames: expected an int, got {type(total_frames).__name__}")
-        if total_frames < 1:
-            raise ValueError(
-                f"total_frames: expected a positive int or -1 (endless), got {total_frames}"
-            )
-        if total_frames % self.frames_per_batch:
+        _, total_frames = check_frames(self.frames_per_batch, total_frames)
+        if not math.isinf(total_frames) and total_frames % self.frames_per_batch:
             warnings.warn(
                 f"total_frames={total_frames} is not a multiple of frames_per_batch="
                 f"{self.frames_per_batch}; the last batch ends after "
@@ -316,29 +278,38 @@ class SyncDataCollector(DataCollectorBase):
         keys = [key for key in env.done_keys if _last(key) == "done"]
         return keys or list(env.done_keys)
 
+    @staticmethod
+    def _next_observation_keys(env: EnvBase) -> list:
+        """The ``("next", ...)`` keys that ``compact_obs`` leaves out."""
+        keys = [*env.full_observation_spec.keys(True, True), *env.full_state_spec.keys(True, True)]
+        return [("next", *(key if isinstance(key, tuple) else (key,))) for key in keys]
+
     # -------------------------------------------------------------- iteration
-    def iterator(self) -> Iterator[TensorDictBase]:
-        """Yield batches until ``total_frames`` frames have been collected."""
+    def _raw_batches(self) -> Iterator[TensorDictBase]:
+        """Yield collected batches until ``total_frames`` frames have been collected."""
         while self._frames < self.total_frames:
             self._iter += 1
             data = self.rollout()
             self._frames += self.frames_per_batch
-            if self.split_trajs:
-                data = split_trajectories(data, prefix="collector")
-            if self.postproc is not None:
-                data = self.postproc(data)
             yield data
 
     @torch.no_grad()
     def rollout(self) -> TensorDictBase:
         """Collect one batch of ``frames_per_batch`` steps and return it."""
+        return self._collect(random=self._frames < self.init_random_frames)
+
+    def _collect(self, random: bool) -> TensorDictBase:
+        """One batch, with random actions (``random=True``) or the policy."""
         env = self.env
         if self._shuttle is None or self.reset_at_each_iter:
             if self._shuttle is not None:
                 self._traj_starts.fill_(True)
             self._shuttle = env.reset()
-        if self._frames < self.init_random_frames:
-            policy = env.rand_action
+        if random:
+            if self._random_policy is None:
+                with set_exploration_type(self.exploration_type):
+                    self._random_policy = RandomPhasePolicy(env, self.policy, self._shuttle)
+            policy = self._random_policy
         else:
             policy = self.policy
         with set_exploration_type(self.exploration_type):
@@ -346,13 +317,16 @@ class SyncDataCollector(DataCollectorBase):
                 data = self._rollout_resetting(policy)
             else:
                 data = self._rollout_without_reset(policy)
-        data.set(TRAJ_IDS_KEY, self._number_trajectories(data))
+        if self._compact_keys:
+            data = data.exclude(*self._compact_keys)
+        if self.track_traj_ids:
+            data.set(TRAJ_IDS_KEY, self._number_trajectories(data))
         if self.storing_device is not None and data.device != self.storing_device:
             data = data.to(self.storing_device)
         return data
 
     def _rollout_resetting(self, policy: Policy) -> TensorDictBase:
-        out = self._buffer if self.return_same_td else None
+        out = self._buffer if self.return_same_td and self._contiguous else None
         data = self.env.rollout(
             self._time_steps,
             policy,
@@ -361,6 +335,7 @@ class SyncDataCollector(DataCollectorBase):
             tensordict=self._shuttle,
             set_truncated=self.set_truncated,
             out=out,
+            return_contiguous=self._contiguous,
         )
         if self.return_same_td:
             self._buffer = data
@@ -379,7 +354,9 @@ class SyncDataCollector(DataCollectorBase):
         if self.set_truncated:
             self._mark_truncated(steps[-1].get("next"))
         time_dim = len(env.batch_size)
-        if self.return_same_td and self._buffer is not None:
+        if not self._contiguous:
+            data = LazyStackedTensorDict(*steps, stack_dim=time_dim, stack_dim_name="time")
+        elif self.return_same_td and self._buffer is not None:
             data = torch.stack(steps, time_dim, out=self._buffer)
         else:
             data = torch.stack(steps, time_dim)
@@ -445,9 +422,12 @@ class SyncDataCollector(DataCollectorBase):
     def reset(self, index: Any = None) -> None:
         """Reset the env before the next batch: all elements, or those selected by ``index``.
 
+        Unfinished and queued trajectories of ``trajs_per_batch`` are dropped.
+
         Args:
             index: an index of the env batch dims (an int, a slice, a boolean mask...).
         """
+        self._clear_pipeline()
         if index is None or self._shuttle is None:
             if self._shuttle is not None:
                 self._traj_starts.fill_(True)
@@ -462,6 +442,47 @@ class SyncDataCollector(DataCollectorBase):
         self._shuttle = self.env.reset(shuttle)
         self._traj_starts |= mask.reshape(-1)
 
+    @torch.no_grad()
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled batch with the keys, batch size and dim names of a real one.
+
+        The policy is called once, on the env's zero-filled step data, to learn its outputs.
+
+        Examples:
+            >>> from tdrl.envs import PendulumEnv
+            >>> collector = SyncDataCollector(PendulumEnv(), frames_per_batch=10)
+            >>> fake = collector.fake_tensordict()
+            >>> fake.batch_size, fake.names
+            (torch.Size([10]), ['time'])
+        """
+        step = self.env.fake_tensordict()
+        root = step.exclude("next")
+        with set_exploration_type(self.exploration_type):
+            out = self.policy(root)
+        if out is not root:
+            root.update(out)
+        next_data = root.get("next", None)
+        if next_data is None:
+            root.set("next", step.get("next"))
+        else:
+            next_data.update(step.get("next"))
+        step = root
+        time_dim = len(self.env.batch_size)
+        data = step.unsqueeze(time_dim).expand(*self.env.batch_size, self._time_steps).clone()
+        data = data.apply(torch.zeros_like)
+        data.refine_names(*([None] * time_dim), "time")
+        if self._compact_keys:
+            data = data.exclude(*self._compact_keys)
+        if self.track_traj_ids:
+            data.set(TRAJ_IDS_KEY, torch.zeros(data.batch_size, dtype=torch.int64))
+        if self._exclude_private_keys:
+            from tdrl.collectors.base import _drop_private_keys
+
+            data = _drop_private_keys(data)
+        if self.storing_device is not None:
+            data = data.to(self.storing_device)
+        return data
+
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the env (before the first batch for reproducible data) and return the next seed.
 
@@ -473,31 +494,33 @@ class SyncDataCollector(DataCollectorBase):
         """
         return self.env.set_seed(seed, static_seed=static_seed)
 
-    def update_policy_weights_(self, policy_weights: Any = None) -> None:
+    def update_policy_weights_(self, policy_weights: Any = None, **kwargs: Any) -> None:
         """Load new weights into the collection policy.
 
         Args:
             policy_weights: a ``TensorDict`` of parameters (as built by
-                ``TensorDict.from_module``) or a state dict; None is a no-op, since this
-                collector runs the policy object it was given.
+                ``TensorDict.from_module``), a module holding them, or a state dict; None is
+                a no-op, since this collector runs the policy object it was given.
+            **kwargs: ``weights=`` is accepted as another name of ``policy_weights``.
         """
         if policy_weights is None:
+            policy_weights = kwargs.pop("weights", None)
+        if kwargs:
+            raise TypeError(
+                f"update_policy_weights_: unexpected keyword arguments {sorted(kwargs)}"
+            )
+        if policy_weights is None:
             return
-        policy = self.policy.policy if isinstance(self.policy, _DeviceCastPolicy) else self.policy
+        policy = unwrap_policy(self.policy)
         if not isinstance(policy, torch.nn.Module):
             raise TypeError(
                 "update_policy_weights_: expected the collector's policy to be a torch.nn.Module "
                 f"to receive weights, got {type(policy).__name__}"
             )
-        if isinstance(policy_weights, TensorDictBase):
-            TensorDict.from_module(policy).data.update_(policy_weights)
-        elif isinstance(policy_weights, Mapping):
+        if isinstance(policy_weights, Mapping) and not isinstance(policy_weights, TensorDictBase):
             policy.load_state_dict(policy_weights)
-        else:
-            raise TypeError(
-                "policy_weights: expected a TensorDict or a state dict, got "
-                f"{type(policy_weights).__name__}"
-            )
+            return
+        TensorDict.from_module(policy).data.update_(as_weights(policy_weights))
 
     def state_dict(self) -> OrderedDict:
         """The env and policy states with the frame and iteration counters.
@@ -508,7 +531,7 @@ class SyncDataCollector(DataCollectorBase):
             >>> sorted(collector.state_dict())
             ['env_state_dict', 'frames', 'iter', 'policy_state_dict']
         """
-        policy = self.policy.policy if isinstance(self.policy, _DeviceCastPolicy) else self.policy
+        policy = unwrap_policy(self.policy)
         state = OrderedDict(
             env_state_dict=self.env.state_dict(),
             policy_state_dict=policy.state_dict() if hasattr(policy, "state_dict") else {},
@@ -519,7 +542,7 @@ class SyncDataCollector(DataCollectorBase):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore the state returned by :meth:`state_dict`."""
-        policy = self.policy.policy if isinstance(self.policy, _DeviceCastPolicy) else self.policy
+        policy = unwrap_policy(self.policy)
         if "env_state_dict" in state_dict:
             self.env.load_state_dict(state_dict["env_state_dict"])
         if state_dict.get("policy_state_dict") and hasattr(policy, "load_state_dict"):

@@ -18,6 +18,7 @@ from tdrl.data.replay_buffers.ensemble import (
     WriterEnsemble,
 )
 from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
+from tdrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from tdrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -62,6 +63,7 @@ __all__ = [
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
+    "RayReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "RoundRobinWriter",
