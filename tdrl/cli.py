@@ -82,7 +82,8 @@ def _folder_size(path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------ info
-#: Optional libraries of tdrl.data (pip name, import name), listed by ``tdrl info``.
+#: Other optional libraries (pip name, import name), listed by ``tdrl info``: tdrl.data's
+#: offline datasets and LLM data, and Ray for the collectors and buffers that scale out.
 _DATA_LIBRARIES = (
     ("h5py", "h5py"),
     ("minari", "minari"),
@@ -91,6 +92,7 @@ _DATA_LIBRARIES = (
     ("tokenizers", "tokenizers"),
     ("transformers", "transformers"),
     ("scikit-learn", "sklearn"),
+    ("ray", "ray"),
 )
 
 
@@ -114,7 +116,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         for name, found, version, package in backend_status()
     ]
     print(_table(backends, header=("library", "installed", "version", "pip package")))
-    print("\ndata libraries (offline datasets, LLM data)")
+    print("\nother libraries (offline datasets, LLM data, scale-out)")
     data = [
         (name, _version(name) if importlib.util.find_spec(module) else "-")
         for name, module in _DATA_LIBRARIES

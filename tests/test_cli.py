@@ -54,10 +54,17 @@ def test_info_prints_versions_and_libraries():
     assert rows["gymnasium"][0] == "yes"
     assert rows["isaacgym"][:2] == ["no", "-"]  # not installable here
     assert rows["mpe2"][0] == "yes"  # installed by the lock, next to pettingzoo
-    data = result.stdout.split("data libraries")[1]
+    data = result.stdout.split("other libraries")[1]
     data_rows = {line.split()[0]: line.split()[1] for line in data.splitlines()[3:] if line}
     assert data_rows["h5py"] == importlib.metadata.version("h5py")
-    assert set(data_rows) >= {"minari", "datasets", "transformers", "tokenizers", "scikit-learn"}
+    assert set(data_rows) >= {
+        "minari",
+        "datasets",
+        "transformers",
+        "tokenizers",
+        "scikit-learn",
+        "ray",
+    }
 
 
 def test_check_env_prints_specs_and_passes():
