@@ -501,7 +501,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         auto_cast_to_device: bool = False,
         break_when_any_done: bool | None = None,
         break_when_all_done: bool | None = None,
-        return_contiguous: bool = True,
+        return_contiguous: bool | None = None,
         tensordict: TensorDictBase | None = None,
         set_truncated: bool = False,
         out: TensorDictBase | None = None,
@@ -530,8 +530,9 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             break_when_any_done: stop when any element is done (default unless
                 ``break_when_all_done`` is set).
             break_when_all_done: step only unfinished elements and stop when all are done.
-            return_contiguous: stack into one tensordict; False gives a lazy stack
-                (needed for dynamic specs).
+            return_contiguous: stack into one tensordict; False gives a lazy stack. By
+                default, contiguous unless a spec has a dynamic (``-1``) dim; True with
+                dynamic specs raises a RuntimeError.
             tensordict: the initial data (required when ``auto_reset=False``).
             set_truncated: mark the last step as truncated (and done).
             out: a tensordict to write the stacked result into.

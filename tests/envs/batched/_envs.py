@@ -87,9 +87,10 @@ class DriftingSpecEnv(CountingEnv):
 class TextEnv(EnvBase):
     """An env with a non-tensor ``"text"`` observation next to a tensor one."""
 
-    def __init__(self, prefix: str = "t"):
+    def __init__(self, prefix: str = "t", max_steps: int = 1000):
         super().__init__()
         self.prefix = prefix
+        self.max_steps = max_steps
         self.observation_spec = Composite(observation=Unbounded((1,)), text=NonTensor(shape=()))
         self.action_spec = Bounded(-1.0, 1.0, (1,))
         self.reward_spec = Unbounded((1,))
@@ -107,7 +108,7 @@ class TextEnv(EnvBase):
         data = TensorDict(
             observation=torch.full((1,), float(self.count)),
             reward=torch.zeros(1),
-            done=torch.zeros(1, dtype=torch.bool),
+            done=torch.tensor([self.count >= self.max_steps]),
         )
         data.set_non_tensor("text", f"{self.prefix}{self.count}")
         return data

@@ -231,3 +231,12 @@ def test_sub_envs_without_actions():
     data = env.rollout(4, break_when_any_done=False)
     assert data["next", "steps"][0].squeeze(-1).tolist() == [1.0, 2.0, 3.0, 1.0]
     env.close()
+
+
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+def test_device_less_sub_envs_stay_device_less_without_buffers():
+    with SerialEnv(2, TextEnv, use_buffers=False) as env:
+        assert env.device is None
+        data = env.rand_step(env.reset())
+        assert data.device is None and data["next"].device is None
+        assert all(part.device is None for part in data["next"].tensordicts)
