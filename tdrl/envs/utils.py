@@ -16,6 +16,7 @@ from tdrl.envs._partial import any_true, is_data_leaf
 from tdrl.envs._step_mdp import mdp_plan, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
+from tdrl.envs.rollout import has_dynamic_specs
 from tdrl.modules.random_policy import RandomPolicy
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ def _expected_entries(env: EnvBase) -> dict:
 
 def check_env_specs(
     env: EnvBase,
-    return_contiguous: bool = True,
+    return_contiguous: bool | None = None,
     check_dtype: bool = True,
     seed: int | None = None,
     tensordict: TensorDictBase | None = None,
@@ -243,7 +244,8 @@ def check_env_specs(
 
     Args:
         env: the env to check.
-        return_contiguous: stack the rollout contiguously (False for dynamic specs).
+        return_contiguous: also check that the steps stack contiguously (default: unless
+            a spec has a dynamic ``-1`` dim).
         check_dtype: compare dtypes too.
         seed: if given, seed the env first.
         tensordict: an initial tensordict passed to ``reset``.
@@ -260,6 +262,8 @@ def check_env_specs(
         check_env_specs(env, return_contiguous, check_dtype, seed, tensordict, True)
         check_env_specs(env, return_contiguous, check_dtype, None, tensordict, False)
         return
+    if return_contiguous is None:
+        return_contiguous = not has_dynamic_specs(env)
     if seed is not None:
         env.set_seed(seed)
     data = env.rollout(

@@ -388,7 +388,7 @@ class BatchedEnvBase(EnvBase):
                 if last[w] is None:
                     # a worker left out of a partial step or reset before sending any data:
                     # zeros, as the buffers of the buffered path hold before the first write
-                    last[w] = self._zero_region(region, w)
+                    last[w] = self._zero_region(region, w, replies)
             out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
             return self._to_device(out)
         missing = self._missing[region]
@@ -409,8 +409,9 @@ class BatchedEnvBase(EnvBase):
                 out.set(key, NonTensorStack.from_list(values))
         return self._to_device(out)
 
-    def _zero_region(self, region: str, worker: int) -> TensorDictBase:
-        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output."""
+    def _zero_region(self, region: str, worker: int, replies: list) -> TensorDictBase:
+        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output,
+        on the device of the replies received (device-less when they are)."""
         output_spec = self.meta_data[worker].output_spec
         names = ["full_observation_spec", "full_done_spec"]
         if region == "next":
@@ -418,7 +419,10 @@ class BatchedEnvBase(EnvBase):
         data = output_spec[names[0]].zero()
         for name in names[1:]:
             data.update(output_spec[name].zero())
-        return data if self.meta_data[worker].device is None else data.to("cpu")
+        data = data.to("cpu")
+        if replies and replies[0].device is None:
+            data.clear_device_()
+        return data
 
     def _to_device(self, out: TensorDictBase) -> TensorDictBase:
         device = self.device

@@ -100,12 +100,12 @@ def region_specs(output_spec: Composite, input_spec: Composite) -> dict[str, lis
 
 
 def is_dynamic(specs: dict[str, list]) -> bool:
-    """Whether a leaf has a dynamic (``-1``) dim: such envs exchange data through pipes."""
-    return any(
-        -1 in tuple(spec.shape) and not isinstance(spec, NonTensor)
-        for leaves in specs.values()
-        for _, spec, _ in leaves
-    )
+    """Whether a leaf has a dynamic (``-1``) dim: such envs exchange data through pipes.
+
+    Non-tensor leaves count too: a ``-1`` there means a variable-length content (a
+    growing history...), whose steps are stacked lazily as well.
+    """
+    return any(-1 in tuple(spec.shape) for leaves in specs.values() for _, spec, _ in leaves)
 
 
 def _aligned(n: int) -> int:

@@ -154,3 +154,37 @@ class NoActionEnv(EnvBase):
 
     def _set_seed(self, seed):
         pass
+
+
+class EchoEnv(EnvBase):
+    """Reads its previous observation back from the step input (as a stateless env or a
+    transform keeping a history in the data would), without declaring it as a state."""
+
+    def __init__(self, words: int = 0):
+        super().__init__()
+        self.observation_spec = Composite(total=Unbounded((1,)))
+        if words:
+            self.observation_spec = Composite(total=Unbounded((1,)), words=NonTensor(shape=(-1,)))
+        self.action_spec = Bounded(0.0, 1.0, (1,))
+        self.reward_spec = Unbounded((1,))
+        self.done_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.words = words
+
+    def _reset(self, tensordict=None, **kwargs):
+        data = TensorDict(total=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool))
+        if self.words:
+            data.set_non_tensor("words", ["w"])
+        return data
+
+    def _step(self, tensordict):
+        data = TensorDict(
+            total=tensordict["total"] + tensordict["action"],
+            reward=torch.zeros(1),
+            done=torch.zeros(1, dtype=torch.bool),
+        )
+        if self.words:
+            data.set_non_tensor("words", [*tensordict["words"], "w"])
+        return data
+
+    def _set_seed(self, seed):
+        pass
