@@ -657,6 +657,49 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         super().to(*args, **kwargs)
         return self
 
+    @classmethod
+    def register_gym(
+        cls,
+        id: str,  # noqa: A002 - the name gym uses
+        *,
+        entry_point: Callable[..., EnvBase] | None = None,
+        transform: Any = None,
+        info_keys: Any = None,
+        backend: str | None = None,
+        to_numpy: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Register this env class (or ``entry_point``) in the registry of the gym library.
+
+        ``gym.make(id, **kw)`` then builds the env with the registered ``kwargs`` updated
+        by ``kw`` and returns it behind the gym API: spaces built from the specs, and
+        ``reset`` / ``step`` returning dicts of numpy arrays (``to_numpy``) or tensors.
+        Keyword arguments of ``make`` may also set ``transform``, ``info_keys`` and
+        ``to_numpy``.
+
+        Args:
+            id: the gym id, e.g. ``"MyEnv-v0"``.
+            entry_point: the callable building the env (default: this class).
+            transform: a transform applied to every env built (a copy each time).
+            info_keys: observation entries returned in the ``info`` dict instead.
+            backend: the gym library to register in (default: the one in use).
+            to_numpy: return numpy arrays instead of tensors.
+            **kwargs: keyword arguments of the env constructor, and those of the gym
+                registry (``max_episode_steps``, ``reward_threshold``...).
+        """
+        from tdrl.envs.libs._gym_export import register_gym
+
+        register_gym(
+            cls,
+            id,
+            entry_point=entry_point,
+            transform=transform,
+            info_keys=info_keys,
+            backend=backend,
+            to_numpy=to_numpy,
+            **kwargs,
+        )
+
     def append_transform(self, transform: Any) -> Any:
         """Return ``TransformedEnv(self, transform)``."""
         from tdrl.envs.transforms import TransformedEnv
