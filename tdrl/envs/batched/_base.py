@@ -389,7 +389,12 @@ class BatchedEnvBase(EnvBase):
                     # a worker left out of a partial step or reset before sending any data:
                     # zeros, as the buffers of the buffered path hold before the first write
                     last[w] = self._zero_region(region, w, replies)
-            out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
+            parts = [td.clone() for td in last]
+            if len({td.device for td in parts}) > 1:
+                # workers' latest data need not agree on a device (one step input had
+                # one, the next had none): the stack is then device-less
+                parts = [td.clear_device_() for td in parts]
+            out = LazyStackedTensorDict.lazy_stack(parts, 0)
             return self._to_device(out)
         missing = self._missing[region]
         extras = self._extras[region]
