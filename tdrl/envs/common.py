@@ -27,7 +27,12 @@ BATCH_LOCKED_READ_ONLY = (
     "other batch sizes; a subclass declares `_batch_locked = False` as a class attribute"
 )
 BATCH_MISMATCH = (
-    "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
+    "{method}: Expected a tensordict with shape==env.batch_size, got batch size {got} "
+    "where env.batch_size={expected}"
+)
+UNLOCKED_BATCH_MISMATCH = (
+    "{method}: Expected a tensordict with shape==env.batch_size={expected} or a batch size "
+    "ending with it (the env is batch-unlocked: leading dims are free), got batch size {got}"
 )
 
 
@@ -105,6 +110,9 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
     specs as class attributes ``_output_spec`` and ``_input_spec`` (Composites with the
     ``full_*_spec`` entries): ``__init__`` then starts from copies of them and takes the
     batch size from their shape when it is given none.
+    Specs assigned before calling ``super().__init__()`` are kept and applied, in the
+    order they were assigned, at the end of ``__init__`` (once the batch size and
+    device are known).
 
     Args:
         device: the device of the data the env reads and writes.
@@ -222,6 +230,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         if declared is not None:
             self.output_spec = declared[0].clone()
             self.input_spec = declared[1].clone()
+        self._apply_early_specs()
 
     # ------------------------------------------------------------------ basics
     @property
@@ -316,14 +325,18 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         raise NotImplementedError(f"{type(self).__name__} must implement _set_seed")
 
     def _check_batch(self, method: str, tensordict: TensorDictBase) -> None:
-        if self._batch_locked and tensordict.batch_size != self._batch_size:
-            raise BatchSizeError(
-                BATCH_MISMATCH.format(
-                    method=method,
-                    expected=tuple(self._batch_size),
-                    got=tuple(tensordict.batch_size),
-                )
-            )
+        batch_size, expected = tensordict.batch_size, self._batch_size
+        if batch_size == expected:
+            return
+        if self._batch_locked:
+            message = BATCH_MISMATCH
+        elif expected and batch_size[len(batch_size) - len(expected) :] != expected:
+            message = UNLOCKED_BATCH_MISMATCH
+        else:
+            return
+        raise BatchSizeError(
+            message.format(method=method, expected=tuple(expected), got=tuple(batch_size))
+        )
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         """Reset the env (or part of it, through ``"_reset"`` entries) and return the first data.
@@ -391,7 +404,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         Entries already present under ``"next"`` in the input (written by a policy)
         are kept unless the env produces an entry with the same key.
         """
-        if self._batch_locked and tensordict.batch_size != self._batch_size:
+        if tensordict.batch_size != self._batch_size:
             self._check_batch("step", tensordict)
         if fast_get(tensordict, "_step") is not None:
             return self._partial_step(tensordict, tensordict.get("_step"))
