@@ -18,6 +18,7 @@ from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_mis
 from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
+from tdrl.envs._set_state import reset_kwargs
 from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
 __all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
@@ -290,6 +291,16 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         raise RuntimeError(BATCH_LOCKED_READ_ONLY)
 
     @property
+    def supports_set_state(self) -> bool:
+        """Whether ``reset(tensordict, set_state=True)`` restores the state held by the input.
+
+        A subclass whose ``_reset`` reads ``set_state`` from its keyword arguments declares
+        ``_supports_set_state = True`` on its class; ``reset(..., set_state=True)`` on
+        other envs raises a ``NotImplementedError``.
+        """
+        return bool(getattr(self, "_supports_set_state", False))
+
+    @property
     def auto_reset(self) -> bool:
         """Whether the env resets done elements inside ``_step`` (see ``auto_reset``)."""
         return self._auto_reset_handler is not None
@@ -358,6 +369,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
                 # every level has a "_reset" and none is set: nothing to reset
                 _partial.remove_reset_keys(tensordict, cache.reset_keys)
                 return tensordict
+        if kwargs:
+            kwargs = reset_kwargs(self, kwargs)
         handler = self._auto_reset_handler
         if handler is not None and masks and handler.has_stash():
             tensordict_reset = handler.on_reset(

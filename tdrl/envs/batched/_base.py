@@ -187,6 +187,8 @@ class BatchedEnvBase(EnvBase):
         self.non_blocking = non_blocking
         self.consolidate = consolidate
         self.meta_data = metas
+        # the batch restores given states at reset (set_state=True) if every sub-env does
+        self.__dict__["_supports_set_state"] = all(m.supports_set_state for m in metas)
         homogeneous = self._set_specs(metas) and not share_individual_td
         self.share_individual_td = not homogeneous
         per_worker = [_shared.region_specs(m.output_spec, m.input_spec) for m in metas]
