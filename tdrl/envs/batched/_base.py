@@ -190,6 +190,7 @@ class BatchedEnvBase(EnvBase):
         # the batch restores given states at reset (set_state=True) if every sub-env does
         self.__dict__["_supports_set_state"] = all(m.supports_set_state for m in metas)
         homogeneous = self._set_specs(metas) and not share_individual_td
+        self._data_classes = _shared.data_classes(self.output_spec)
         self.share_individual_td = not homogeneous
         per_worker = [_shared.region_specs(m.output_spec, m.input_spec) for m in metas]
         dynamic = any(_shared.is_dynamic(specs) for specs in per_worker)
@@ -397,6 +398,8 @@ class BatchedEnvBase(EnvBase):
                 # one, the next had none): the stack is then device-less
                 parts = [td.clear_device_() for td in parts]
             out = LazyStackedTensorDict.lazy_stack(parts, 0)
+            if self._data_classes:
+                _shared.restore_classes(out, self._data_classes)
             return self._to_device(out)
         missing = self._missing[region]
         extras = self._extras[region]
@@ -414,6 +417,8 @@ class BatchedEnvBase(EnvBase):
             for key in extras[0] or {}:
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
+        if self._data_classes:
+            _shared.restore_classes(out, self._data_classes)
         return self._to_device(out)
 
     def _zero_region(self, region: str, worker: int, replies: list) -> TensorDictBase:

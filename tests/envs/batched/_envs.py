@@ -6,7 +6,7 @@ import os
 import warnings
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, tensorclass
 
 from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
 from tdrl.envs import EnvBase
@@ -188,3 +188,32 @@ class EchoEnv(EnvBase):
 
     def _set_seed(self, seed):
         pass
+
+
+@tensorclass
+class Reading:
+    """A tensorclass observation: a label and a value."""
+
+    label: str
+    value: torch.Tensor
+
+
+class TensorclassEnv(CountingEnv):
+    """A counting env that also observes a :class:`Reading` (a spec with ``data_cls``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_spec["reading"] = Composite(
+            label=NonTensor(example_data="0", shape=()),
+            value=Unbounded(shape=()),
+            data_cls=Reading,
+        )
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = super()._reset(tensordict, **kwargs)
+        return out.set("reading", Reading("0", torch.zeros(())))
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        count = out["observation"][0]
+        return out.set("reading", Reading(str(int(count)), count.clone()))
