@@ -726,6 +726,43 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             **kwargs,
         )
 
+    def auto_specs_(
+        self,
+        policy: Callable[[TensorDictBase], TensorDictBase],
+        *,
+        tensordict: TensorDictBase | None = None,
+        action_key: Any = "action",
+        done_key: Any = None,
+        observation_key: Any = "observation",
+        reward_key: Any = "reward",
+    ) -> None:
+        """Infer the observation, action, reward and done specs from one reset and one step.
+
+        The env's ``_reset`` and ``_step`` run once (``policy`` writes the actions), and
+        each spec is described from the entries found under its keys. For envs whose
+        specs are unknown in advance; check the result with :meth:`check_env_specs`.
+
+        Args:
+            policy: writes the action entries into the tensordict it gets and returns it.
+            tensordict: the input of the reset (e.g. its state entries).
+            action_key: the action key(s) the policy writes.
+            done_key: the done key(s) (default: those of ``"done"``, ``"terminated"``,
+                ``"truncated"`` the step returns; a ``done`` / ``terminated`` pair if none).
+            observation_key: the observation key(s).
+            reward_key: the reward key(s).
+        """
+        from tdrl.envs._auto_specs import auto_specs_
+
+        auto_specs_(
+            self,
+            policy,
+            tensordict=tensordict,
+            action_key=action_key,
+            done_key=done_key,
+            observation_key=observation_key,
+            reward_key=reward_key,
+        )
+
     def append_transform(self, transform: Any) -> Any:
         """Return ``TransformedEnv(self, transform)``."""
         from tdrl.envs.transforms import TransformedEnv
