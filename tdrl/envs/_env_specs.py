@@ -8,6 +8,8 @@ the keys cached from the specs (see :class:`~tdrl.envs._env_keys.EnvKeys`).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,6 +49,20 @@ def _unbatched_property(name: str) -> property:
         f"batch sets ``{name}`` to it expanded to the env batch size."
     )
     return property(fget, fset, doc=doc)
+
+
+def _assignable_before_init(setter: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """Let a spec setter run before ``EnvBase.__init__``: the assignment is then kept and
+    replayed, in order, once ``__init__`` has built the env's (empty) specs."""
+
+    @functools.wraps(setter)
+    def fset(self: EnvSpecs, value: Any) -> None:
+        if "_output_spec" not in self.__dict__:
+            self.__dict__.setdefault("_early_specs", []).append((setter.__name__, value))
+            return
+        setter(self, value)
+
+    return fset
 
 
 class _MaterializedCache:
@@ -89,6 +105,11 @@ class EnvSpecs:
     _cache = _MaterializedCache()
 
     # ------------------------------------------------------------ spec plumbing
+    def _apply_early_specs(self) -> None:
+        """Apply the spec assignments a subclass made before calling ``EnvBase.__init__``."""
+        for name, value in self.__dict__.pop("_early_specs", ()):
+            setattr(self, name, value)
+
     def _check_spec_batch(self, name: str, spec: Any, key: Any = None) -> None:
         batch = tuple(self._batch_size)
         shape = tuple(spec.shape)
@@ -182,6 +203,7 @@ class EnvSpecs:
         return self._input_spec
 
     @input_spec.setter
+    @_assignable_before_init
     def input_spec(self, value: Composite) -> None:
         for name in INPUT_ENTRIES:
             spec = value.get(name, None)
@@ -197,6 +219,7 @@ class EnvSpecs:
         return self._output_spec
 
     @output_spec.setter
+    @_assignable_before_init
     def output_spec(self, value: Composite) -> None:
         for name in OUTPUT_ENTRIES:
             spec = value.get(name, None)
@@ -224,6 +247,7 @@ class EnvSpecs:
         return self._output_spec["full_observation_spec"]
 
     @full_observation_spec.setter
+    @_assignable_before_init
     def full_observation_spec(self, value: Composite) -> None:
         self._set_entry(
             "_output_spec",
@@ -239,6 +263,7 @@ class EnvSpecs:
         return self._input_spec["full_state_spec"]
 
     @full_state_spec.setter
+    @_assignable_before_init
     def full_state_spec(self, value: Composite | None) -> None:
         self._set_entry("_input_spec", "full_state_spec", self._prepare("state_spec", value, None))
 
@@ -250,6 +275,7 @@ class EnvSpecs:
         return self._input_spec["full_action_spec"]
 
     @full_action_spec.setter
+    @_assignable_before_init
     def full_action_spec(self, value: Composite) -> None:
         self._set_entry(
             "_input_spec", "full_action_spec", self._prepare("action_spec", value, "action")
@@ -261,6 +287,7 @@ class EnvSpecs:
         return self._cache.action_leaf
 
     @action_spec.setter
+    @_assignable_before_init
     def action_spec(self, value: Any) -> None:
         key = self._single_key(leaf_keys(self.full_action_spec), "action")
         self._set_entry("_input_spec", "full_action_spec", self._prepare("action_spec", value, key))
@@ -271,6 +298,7 @@ class EnvSpecs:
         return self._output_spec["full_reward_spec"]
 
     @full_reward_spec.setter
+    @_assignable_before_init
     def full_reward_spec(self, value: Composite) -> None:
         self._set_entry(
             "_output_spec", "full_reward_spec", self._prepare("reward_spec", value, "reward")
@@ -282,6 +310,7 @@ class EnvSpecs:
         return self._cache.reward_leaf
 
     @reward_spec.setter
+    @_assignable_before_init
     def reward_spec(self, value: Any) -> None:
         key = self._single_key(leaf_keys(self.full_reward_spec), "reward")
         self._set_entry(
@@ -294,6 +323,7 @@ class EnvSpecs:
         return self._output_spec["full_done_spec"]
 
     @full_done_spec.setter
+    @_assignable_before_init
     def full_done_spec(self, value: Composite) -> None:
         self.__dict__["_default_done"] = False
         self._set_entry("_output_spec", "full_done_spec", self._complete_done(value))
@@ -309,6 +339,7 @@ class EnvSpecs:
         return self._cache.done_leaf
 
     @done_spec.setter
+    @_assignable_before_init
     def done_spec(self, value: Any) -> None:
         self.full_done_spec = value
 

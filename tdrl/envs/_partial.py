@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_non_tensor,
+    is_tensor_collection,
+)
 
 from tdrl.envs._keys import as_tuple
 from tdrl.envs._step_mdp import fast_get
@@ -133,6 +141,10 @@ def update_during_reset(
     remove_reset_keys(tensordict_reset, reset_keys)
     if tensordict_reset is tensordict:
         return tensordict
+    if _stacked_over_first_dim(tensordict_reset, tensordict) and not all(
+        all_true(mask) for mask in masks.values()
+    ):
+        return _update_elementwise(tensordict_reset, tensordict, reset_keys, masks)
     masked: dict = {}
     for prefix, mask in masks.items():
         if all_true(mask):
@@ -142,10 +154,17 @@ def update_during_reset(
         if node_reset is None or node is None:
             continue
         reset_key = (*prefix, "_reset")
-        for key, value in node_reset.items(include_nested=True, leaves_only=True):
+        for key, value in node_reset.items(
+            include_nested=True, leaves_only=True, is_leaf=is_data_leaf
+        ):
             full_key = (*prefix, *as_tuple(key))
             previous = node.get(key, None)
-            if previous is None or not isinstance(value, torch.Tensor):
+            if previous is None:
+                continue
+            if is_non_tensor(value) and is_non_tensor(previous) and value.batch_dims:
+                masked[full_key] = merge_non_tensor(value, previous, mask)
+                continue
+            if not isinstance(value, torch.Tensor):
                 continue
             if previous.shape != value.shape:
                 if any_true(mask):
@@ -158,6 +177,53 @@ def update_during_reset(
     for key, value in masked.items():
         tensordict.set(key, value)
     return tensordict
+
+
+def is_data_leaf(cls: type) -> bool:
+    """Leaves of env data: tensors and non-tensor entries (strings, python objects...)."""
+    return not is_tensor_collection(cls) or issubclass(cls, (NonTensorData, NonTensorStack))
+
+
+def _stacked_over_first_dim(tensordict_reset: TensorDictBase, tensordict: TensorDictBase) -> bool:
+    """Whether both are lazy stacks along dim 0 (e.g. a batched env's heterogeneous data)."""
+    return (
+        type(tensordict_reset) is LazyStackedTensorDict
+        and tensordict_reset.stack_dim == 0
+        and tensordict.batch_size[:1] == tensordict_reset.batch_size[:1]
+    )
+
+
+def _update_elementwise(
+    tensordict_reset: TensorDictBase, tensordict: TensorDictBase, reset_keys: list, masks: dict
+) -> TensorDictBase:
+    """:func:`update_during_reset` element by element of a lazy stack along dim 0.
+
+    The elements may differ in shapes or hold non-tensor data, which cannot be merged
+    as one tensor: each element takes the reset output, keeps the input or is merged.
+    """
+    parts = []
+    inputs = tensordict.unbind(0)
+    for index, (reset_part, input_part) in enumerate(zip(tensordict_reset.unbind(0), inputs)):
+        part_masks = {prefix: mask[index] for prefix, mask in masks.items()}
+        if all(all_true(mask) for mask in part_masks.values()):
+            parts.append(reset_part)
+        elif not any(any_true(mask) for mask in part_masks.values()):
+            parts.append(input_part)
+        else:
+            parts.append(update_during_reset(reset_part, input_part, reset_keys, part_masks))
+    return LazyStackedTensorDict.lazy_stack(parts, 0)
+
+
+def merge_non_tensor(value: Any, previous: Any, mask: torch.Tensor) -> Any:
+    """Non-tensor data taking ``value`` where ``mask`` is True and ``previous`` elsewhere."""
+    flags = mask.reshape(*value.batch_size, -1).any(-1).tolist()
+
+    def pick(new: Any, old: Any, flag: Any) -> Any:
+        if isinstance(flag, list):
+            return [pick(n, o, f) for n, o, f in zip(new, old, flag)]
+        return new if flag else old
+
+    return NonTensorStack.from_list(pick(value.tolist(), previous.tolist(), flags))
 
 
 def fill_from_input(

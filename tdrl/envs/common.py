@@ -18,6 +18,7 @@ from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_mis
 from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
+from tdrl.envs._set_state import reset_kwargs
 from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
 
 __all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
@@ -27,7 +28,12 @@ BATCH_LOCKED_READ_ONLY = (
     "other batch sizes; a subclass declares `_batch_locked = False` as a class attribute"
 )
 BATCH_MISMATCH = (
-    "{method} expected a tensordict with batch size {expected} (the env batch size), got {got}"
+    "{method}: Expected a tensordict with shape==env.batch_size, got batch size {got} "
+    "where env.batch_size={expected}"
+)
+UNLOCKED_BATCH_MISMATCH = (
+    "{method}: Expected a tensordict with shape==env.batch_size={expected} or a batch size "
+    "ending with it (the env is batch-unlocked: leading dims are free), got batch size {got}"
 )
 
 
@@ -105,6 +111,9 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
     specs as class attributes ``_output_spec`` and ``_input_spec`` (Composites with the
     ``full_*_spec`` entries): ``__init__`` then starts from copies of them and takes the
     batch size from their shape when it is given none.
+    Specs assigned before calling ``super().__init__()`` are kept and applied, in the
+    order they were assigned, at the end of ``__init__`` (once the batch size and
+    device are known).
 
     Args:
         device: the device of the data the env reads and writes.
@@ -222,6 +231,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         if declared is not None:
             self.output_spec = declared[0].clone()
             self.input_spec = declared[1].clone()
+        self._apply_early_specs()
 
     # ------------------------------------------------------------------ basics
     @property
@@ -281,6 +291,16 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         raise RuntimeError(BATCH_LOCKED_READ_ONLY)
 
     @property
+    def supports_set_state(self) -> bool:
+        """Whether ``reset(tensordict, set_state=True)`` restores the state held by the input.
+
+        A subclass whose ``_reset`` reads ``set_state`` from its keyword arguments declares
+        ``_supports_set_state = True`` on its class; ``reset(..., set_state=True)`` on
+        other envs raises a ``NotImplementedError``.
+        """
+        return bool(getattr(self, "_supports_set_state", False))
+
+    @property
     def auto_reset(self) -> bool:
         """Whether the env resets done elements inside ``_step`` (see ``auto_reset``)."""
         return self._auto_reset_handler is not None
@@ -316,14 +336,18 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         raise NotImplementedError(f"{type(self).__name__} must implement _set_seed")
 
     def _check_batch(self, method: str, tensordict: TensorDictBase) -> None:
-        if self._batch_locked and tensordict.batch_size != self._batch_size:
-            raise BatchSizeError(
-                BATCH_MISMATCH.format(
-                    method=method,
-                    expected=tuple(self._batch_size),
-                    got=tuple(tensordict.batch_size),
-                )
-            )
+        batch_size, expected = tensordict.batch_size, self._batch_size
+        if batch_size == expected:
+            return
+        if self._batch_locked:
+            message = BATCH_MISMATCH
+        elif expected and batch_size[len(batch_size) - len(expected) :] != expected:
+            message = UNLOCKED_BATCH_MISMATCH
+        else:
+            return
+        raise BatchSizeError(
+            message.format(method=method, expected=tuple(expected), got=tuple(batch_size))
+        )
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         """Reset the env (or part of it, through ``"_reset"`` entries) and return the first data.
@@ -345,6 +369,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
                 # every level has a "_reset" and none is set: nothing to reset
                 _partial.remove_reset_keys(tensordict, cache.reset_keys)
                 return tensordict
+        if kwargs:
+            kwargs = reset_kwargs(self, kwargs)
         handler = self._auto_reset_handler
         if handler is not None and masks and handler.has_stash():
             tensordict_reset = handler.on_reset(
@@ -391,7 +417,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         Entries already present under ``"next"`` in the input (written by a policy)
         are kept unless the env produces an entry with the same key.
         """
-        if self._batch_locked and tensordict.batch_size != self._batch_size:
+        if tensordict.batch_size != self._batch_size:
             self._check_batch("step", tensordict)
         if fast_get(tensordict, "_step") is not None:
             return self._partial_step(tensordict, tensordict.get("_step"))
@@ -501,7 +527,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         auto_cast_to_device: bool = False,
         break_when_any_done: bool | None = None,
         break_when_all_done: bool | None = None,
-        return_contiguous: bool = True,
+        return_contiguous: bool | None = None,
         tensordict: TensorDictBase | None = None,
         set_truncated: bool = False,
         out: TensorDictBase | None = None,
@@ -530,8 +556,9 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             break_when_any_done: stop when any element is done (default unless
                 ``break_when_all_done`` is set).
             break_when_all_done: step only unfinished elements and stop when all are done.
-            return_contiguous: stack into one tensordict; False gives a lazy stack
-                (needed for dynamic specs).
+            return_contiguous: stack into one tensordict; False gives a lazy stack. By
+                default, contiguous unless a spec has a dynamic (``-1``) dim; True with
+                dynamic specs raises a RuntimeError.
             tensordict: the initial data (required when ``auto_reset=False``).
             set_truncated: mark the last step as truncated (and done).
             out: a tensordict to write the stacked result into.
@@ -655,6 +682,86 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             self._invalidate()
         super().to(*args, **kwargs)
         return self
+
+    @classmethod
+    def register_gym(
+        cls,
+        id: str,  # noqa: A002 - the name gym uses
+        *,
+        entry_point: Callable[..., EnvBase] | None = None,
+        transform: Any = None,
+        info_keys: Any = None,
+        backend: str | None = None,
+        to_numpy: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Register this env class (or ``entry_point``) in the registry of the gym library.
+
+        ``gym.make(id, **kw)`` then builds the env with the registered ``kwargs`` updated
+        by ``kw`` and returns it behind the gym API: spaces built from the specs, and
+        ``reset`` / ``step`` returning dicts of numpy arrays (``to_numpy``) or tensors.
+        Keyword arguments of ``make`` may also set ``transform``, ``info_keys`` and
+        ``to_numpy``.
+
+        Args:
+            id: the gym id, e.g. ``"MyEnv-v0"``.
+            entry_point: the callable building the env (default: this class).
+            transform: a transform applied to every env built (a copy each time).
+            info_keys: observation entries returned in the ``info`` dict instead.
+            backend: the gym library to register in (default: the one in use).
+            to_numpy: return numpy arrays instead of tensors.
+            **kwargs: keyword arguments of the env constructor, and those of the gym
+                registry (``max_episode_steps``, ``reward_threshold``...).
+        """
+        from tdrl.envs.libs._gym_export import register_gym
+
+        register_gym(
+            cls,
+            id,
+            entry_point=entry_point,
+            transform=transform,
+            info_keys=info_keys,
+            backend=backend,
+            to_numpy=to_numpy,
+            **kwargs,
+        )
+
+    def auto_specs_(
+        self,
+        policy: Callable[[TensorDictBase], TensorDictBase],
+        *,
+        tensordict: TensorDictBase | None = None,
+        action_key: Any = "action",
+        done_key: Any = None,
+        observation_key: Any = "observation",
+        reward_key: Any = "reward",
+    ) -> None:
+        """Infer the observation, action, reward and done specs from one reset and one step.
+
+        The env's ``_reset`` and ``_step`` run once (``policy`` writes the actions), and
+        each spec is described from the entries found under its keys. For envs whose
+        specs are unknown in advance; check the result with :meth:`check_env_specs`.
+
+        Args:
+            policy: writes the action entries into the tensordict it gets and returns it.
+            tensordict: the input of the reset (e.g. its state entries).
+            action_key: the action key(s) the policy writes.
+            done_key: the done key(s) (default: those of ``"done"``, ``"terminated"``,
+                ``"truncated"`` the step returns; a ``done`` / ``terminated`` pair if none).
+            observation_key: the observation key(s).
+            reward_key: the reward key(s).
+        """
+        from tdrl.envs._auto_specs import auto_specs_
+
+        auto_specs_(
+            self,
+            policy,
+            tensordict=tensordict,
+            action_key=action_key,
+            done_key=done_key,
+            observation_key=observation_key,
+            reward_key=reward_key,
+        )
 
     def append_transform(self, transform: Any) -> Any:
         """Return ``TransformedEnv(self, transform)``."""

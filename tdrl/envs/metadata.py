@@ -28,6 +28,7 @@ class EnvMetaData:
         env_str: a short description of the env (its repr).
         device: the env device.
         batch_locked: the env's ``batch_locked``.
+        supports_set_state: the env's ``supports_set_state``.
         device_map: optional per-key devices.
 
     Examples:
@@ -51,6 +52,7 @@ class EnvMetaData:
         device: torch.device | None = None,
         batch_locked: bool = True,
         device_map: dict | None = None,
+        supports_set_state: bool = False,
     ) -> None:
         self.tensordict = tensordict
         self.specs = specs
@@ -59,6 +61,7 @@ class EnvMetaData:
         self.device = torch.device(device) if device is not None else None
         self.batch_locked = batch_locked
         self.device_map = device_map if device_map is not None else {}
+        self.supports_set_state = supports_set_state
 
     @classmethod
     def metadata_from_env(cls, env: EnvBase) -> EnvMetaData:
@@ -70,6 +73,7 @@ class EnvMetaData:
             env_str=repr(env),
             device=env.device,
             batch_locked=env.batch_locked,
+            supports_set_state=env.supports_set_state,
         )
 
     @property
@@ -96,6 +100,7 @@ class EnvMetaData:
             device=self.device,
             batch_locked=self.batch_locked,
             device_map=dict(self.device_map),
+            supports_set_state=self.supports_set_state,
         )
 
     def to(self, device: Any) -> EnvMetaData:
@@ -109,6 +114,7 @@ class EnvMetaData:
             device=device,
             batch_locked=self.batch_locked,
             device_map=dict(self.device_map),
+            supports_set_state=self.supports_set_state,
         )
 
     def __repr__(self) -> str:

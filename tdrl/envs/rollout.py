@@ -144,6 +144,25 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+DYNAMIC_CONTIGUOUS = (
+    "The environment specs are dynamic. Call rollout with return_contiguous=False (or leave "
+    "it unset) to get the steps as a lazy stack: dims marked -1 change size between steps"
+)
+
+
+def has_dynamic_specs(env: EnvBase) -> bool:
+    """Whether a spec of ``env`` has a dynamic (``-1``) dim (cached with the env's keys)."""
+    derived = env._cache.derived
+    dynamic = derived.get("dynamic_specs")
+    if dynamic is None:
+        dynamic = derived["dynamic_specs"] = any(
+            -1 in tuple(spec.shape)
+            for parent in (env.output_spec, env.input_spec)
+            for spec in parent.values(True, True)
+        )
+    return dynamic
+
+
 def _check_break_flags(any_done: bool | None, all_done: bool | None) -> tuple[bool, bool]:
     if any_done and all_done:
         raise ValueError(
@@ -165,7 +184,7 @@ def rollout(
     auto_cast_to_device: bool = False,
     break_when_any_done: bool | None = None,
     break_when_all_done: bool | None = None,
-    return_contiguous: bool = True,
+    return_contiguous: bool | None = None,
     tensordict: TensorDictBase | None = None,
     set_truncated: bool = False,
     out: TensorDictBase | None = None,
@@ -176,6 +195,11 @@ def rollout(
     if max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer, got {max_steps}")
     any_done, all_done = _check_break_flags(break_when_any_done, break_when_all_done)
+    dynamic = has_dynamic_specs(env)
+    if return_contiguous is None:
+        return_contiguous = not dynamic
+    elif return_contiguous and dynamic:
+        raise RuntimeError(DYNAMIC_CONTIGUOUS)
     if actions is not None:
         if policy is not None:
             raise ValueError("rollout: got both a policy and actions; pass one of them")

@@ -6,19 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import (
-    NonTensorData,
-    NonTensorStack,
     TensorDictBase,
-    is_tensor_collection,
 )
 
 from tdrl.data import Composite, Stacked, make_composite_from_td
 from tdrl.envs._checks import shapes_match
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
-from tdrl.envs._partial import any_true
+from tdrl.envs._partial import any_true, is_data_leaf
 from tdrl.envs._step_mdp import mdp_plan, merge_next
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
+from tdrl.envs.rollout import has_dynamic_specs
 from tdrl.modules.random_policy import RandomPolicy
 
 if TYPE_CHECKING:
@@ -227,7 +225,7 @@ def _expected_entries(env: EnvBase) -> dict:
 
 def check_env_specs(
     env: EnvBase,
-    return_contiguous: bool = True,
+    return_contiguous: bool | None = None,
     check_dtype: bool = True,
     seed: int | None = None,
     tensordict: TensorDictBase | None = None,
@@ -246,7 +244,8 @@ def check_env_specs(
 
     Args:
         env: the env to check.
-        return_contiguous: stack the rollout contiguously (False for dynamic specs).
+        return_contiguous: also check that the steps stack contiguously (default: unless
+            a spec has a dynamic ``-1`` dim).
         check_dtype: compare dtypes too.
         seed: if given, seed the env first.
         tensordict: an initial tensordict passed to ``reset``.
@@ -263,6 +262,8 @@ def check_env_specs(
         check_env_specs(env, return_contiguous, check_dtype, seed, tensordict, True)
         check_env_specs(env, return_contiguous, check_dtype, None, tensordict, False)
         return
+    if return_contiguous is None:
+        return_contiguous = not has_dynamic_specs(env)
     if seed is not None:
         env.set_seed(seed)
     data = env.rollout(
@@ -297,7 +298,7 @@ def _check_data(
     optional: set | None = None,
 ) -> None:
     present = {
-        as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)
+        as_tuple(k) for k in data.keys(include_nested=True, leaves_only=True, is_leaf=is_data_leaf)
     }
     for key, spec in entries.items():
         if key not in present:
@@ -375,11 +376,6 @@ def _check_value(
         if time_dim is not None:
             value = value.movedim(time_dim, 0)
         _check_domain(spec, value, key, lead_ndim, env_ndim)
-
-
-def _is_leaf(cls: type) -> bool:
-    """Leaves of the rollout data: tensors and non-tensor entries (strings, objects...)."""
-    return not is_tensor_collection(cls) or issubclass(cls, (NonTensorData, NonTensorStack))
 
 
 def _without_mask(spec: Any) -> Any:

@@ -266,12 +266,28 @@ def test_reset_must_return_tensordict():
 
 def test_batch_locked_rejects_other_batch():
     env = CountingEnv(batch_size=(3,))
-    with pytest.raises(ValueError, match=r"batch size \(3,\).*got \(2,\)"):
+    with pytest.raises(ValueError, match=r"shape==env.batch_size, got batch size \(2,\).*\(3,\)"):
         env.step(TensorDict({"action": torch.zeros(2, 1)}, [2]))
     # also a RuntimeError, for code that catches what other implementations raise
     with pytest.raises(RuntimeError) as info:
         env.reset(TensorDict(batch_size=[4]))
     assert isinstance(info.value, BatchSizeError)
+
+
+def test_batch_unlocked_env_checks_the_trailing_dims():
+    class UnlockedCountingEnv(CountingEnv):
+        _batch_locked = False
+
+    env = UnlockedCountingEnv(batch_size=(2,))
+    env.rand_step(env.reset())
+    # leading dims are free, the trailing ones must be the env batch size
+    with pytest.raises(
+        BatchSizeError,
+        match=r"env.batch_size=\(2,\) or a batch size ending with it.*got batch size \(4,\)",
+    ):
+        env.step(TensorDict({"action": torch.zeros(4, 1)}, [4]))
+    with pytest.raises(BatchSizeError, match="ending with"):
+        env.reset(TensorDict(batch_size=[2, 3]))
 
 
 def test_step_writes_under_next_and_completes_terminated():

@@ -163,6 +163,29 @@ def test_plain_envs_ignore_constructor_arguments_in_new():
     assert env.batch_locked
 
 
+class _EarlySpecsEnv(_DriftEnv):
+    """Assigns its specs before calling ``EnvBase.__init__``."""
+
+    def __init__(self, **kwargs):
+        self.observation_spec = Composite(obs=Unbounded((3,)))
+        self.action_spec = Bounded(-1.0, 1.0, (2,))
+        self.reward_spec = Unbounded((1,))
+        self.action_spec = Bounded(-2.0, 2.0, (2,))  # a later assignment wins
+        super().__init__(**kwargs)
+
+
+def test_specs_assigned_before_init_are_applied_by_init():
+    env = _EarlySpecsEnv()
+    assert env.observation_spec["obs"].shape == (3,)
+    assert env.action_spec.space.high.tolist() == [2.0, 2.0]
+    assert env.done_keys == ["done", "terminated"]
+    assert "_early_specs" not in env.__dict__
+    check_env_specs(env)
+    # they are checked against the batch size when applied
+    with pytest.raises(ValueError, match="does not start with the env batch size"):
+        _EarlySpecsEnv(batch_size=(4,))
+
+
 def test_is_spec_locked_follows_the_lock():
     env = CountingEnv()
     assert env.is_spec_locked and env.output_spec.is_locked

@@ -15,7 +15,7 @@ from tdrl.envs import (
 from tdrl.envs.model_based.dreamer import DreamerDecoder, DreamerEnv
 from tests.envs.conformance import EnvConformance
 
-SEED_WARNING = "ignore:.*seeding a model-based env has no effect"
+SEED_WARNING = "ignore:.*seeding a model based env has no effect"
 
 
 class MyMBEnv(ModelBasedEnvBase):
@@ -370,7 +370,7 @@ def test_reset_must_be_implemented():
 
 def test_set_seed_warns_and_returns_next_seed():
     env = MyMBEnv(hidden_world_model())
-    with pytest.warns(UserWarning, match="seeding a model-based env has no effect"):
+    with pytest.warns(UserWarning, match="seeding a model based env has no effect"):
         assert env.set_seed(3, static_seed=True) == 3
     with pytest.warns(UserWarning, match="seeding"):
         assert env._set_seed(5) == 5

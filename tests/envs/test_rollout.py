@@ -207,3 +207,16 @@ def test_rollout_stacking_matches_tensordict_stack_for_nested_data():
     contiguous = env.rollout(3)  # no reset within the first 3 steps
     agents = contiguous["agents", "observation"]
     assert (agents[:, 1:] == contiguous["next", "agents", "observation"][:, :-1]).all()
+
+
+def test_dynamic_specs_roll_out_lazily_unless_told_otherwise():
+    from tests.mocks import EnvWithDynamicSpec
+
+    env = EnvWithDynamicSpec()
+    data = env.rollout(4)
+    assert isinstance(data, LazyStackedTensorDict) and data.names[-1] == "time"
+    with pytest.raises(
+        RuntimeError, match="specs are dynamic. Call rollout with return_contiguous"
+    ):
+        env.rollout(4, return_contiguous=True)
+    assert CountingEnv().rollout(3).__class__ is TensorDict

@@ -444,3 +444,9 @@ def test_random_policy_follows_in_place_mask_updates():
         env.set_seed(seed)
         data = env.rollout(4, policy)
         assert sorted(data["action"].tolist()) == [0, 1, 2, 3]
+
+
+def test_check_env_specs_follows_dynamic_specs_by_default():
+    check_env_specs(EnvWithDynamicSpec())  # the steps differ in shape: not stacked
+    with pytest.raises(AssertionError, match="cannot be stacked contiguously"):
+        check_env_specs(EnvWithDynamicSpec(), return_contiguous=True)

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase, is_non_tensor
 
 from tdrl._settings import rl_warnings
-from tdrl.envs._partial import all_true
+from tdrl.envs._partial import all_true, is_data_leaf, merge_non_tensor
 from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
 from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE
@@ -56,6 +56,14 @@ class _RemoteMethod:
 
     def __repr__(self) -> str:
         return f"<method {self.name!r} of the {self.env.num_workers} sub-envs>"
+
+
+def _on_cpu(data: TensorDictBase) -> TensorDictBase:
+    """``data`` with its tensors on the CPU, to send to a worker; a device-less input stays
+    device-less (its worker's env would otherwise see a "cpu" device it does not have)."""
+    if data.device is None:
+        return data.apply(lambda tensor: tensor.cpu())
+    return data.to("cpu")
 
 
 class _WorkerValues(list):
@@ -179,7 +187,10 @@ class BatchedEnvBase(EnvBase):
         self.non_blocking = non_blocking
         self.consolidate = consolidate
         self.meta_data = metas
+        # the batch restores given states at reset (set_state=True) if every sub-env does
+        self.__dict__["_supports_set_state"] = all(m.supports_set_state for m in metas)
         homogeneous = self._set_specs(metas) and not share_individual_td
+        self._data_classes = _shared.data_classes(self.output_spec)
         self.share_individual_td = not homogeneous
         per_worker = [_shared.region_specs(m.output_spec, m.input_spec) for m in metas]
         dynamic = any(_shared.is_dynamic(specs) for specs in per_worker)
@@ -321,7 +332,7 @@ class BatchedEnvBase(EnvBase):
         if not self._use_buffers:
             # select, not get: a heterogeneous input cannot be read as one tensor
             keys = self._input_keys
-            return [tensordict[w].select(*keys, strict=False).to("cpu") for w in workers]
+            return [_on_cpu(tensordict[w].select(*keys, strict=False)) for w in workers]
         views = self._input_views
         if len(views) == 1:
             pairs = self._input_pairs
@@ -380,8 +391,15 @@ class BatchedEnvBase(EnvBase):
                 if last[w] is None:
                     # a worker left out of a partial step or reset before sending any data:
                     # zeros, as the buffers of the buffered path hold before the first write
-                    last[w] = self._zero_region(region, w)
-            out = LazyStackedTensorDict.lazy_stack([td.clone() for td in last], 0)
+                    last[w] = self._zero_region(region, w, replies)
+            parts = [td.clone() for td in last]
+            if len({td.device for td in parts}) > 1:
+                # workers' latest data need not agree on a device (one step input had
+                # one, the next had none): the stack is then device-less
+                parts = [td.clear_device_() for td in parts]
+            out = LazyStackedTensorDict.lazy_stack(parts, 0)
+            if self._data_classes:
+                _shared.restore_classes(out, self._data_classes)
             return self._to_device(out)
         missing = self._missing[region]
         extras = self._extras[region]
@@ -399,10 +417,13 @@ class BatchedEnvBase(EnvBase):
             for key in extras[0] or {}:
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
+        if self._data_classes:
+            _shared.restore_classes(out, self._data_classes)
         return self._to_device(out)
 
-    def _zero_region(self, region: str, worker: int) -> TensorDictBase:
-        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output."""
+    def _zero_region(self, region: str, worker: int, replies: list) -> TensorDictBase:
+        """Zeros with the layout of a worker's reset (``"root"``) or step (``"next"``) output,
+        on the device of the replies received (device-less when they are)."""
         output_spec = self.meta_data[worker].output_spec
         names = ["full_observation_spec", "full_done_spec"]
         if region == "next":
@@ -410,7 +431,10 @@ class BatchedEnvBase(EnvBase):
         data = output_spec[names[0]].zero()
         for name in names[1:]:
             data.update(output_spec[name].zero())
-        return data.to("cpu")
+        data = data.to("cpu")
+        if replies and replies[0].device is None:
+            data.clear_device_()
+        return data
 
     def _to_device(self, out: TensorDictBase) -> TensorDictBase:
         device = self.device
@@ -516,7 +540,8 @@ class BatchedEnvBase(EnvBase):
         on_cpu = self.device is None or self.device.type == "cpu"
         if any(reply is not None for reply in replies) or not on_cpu:
             root = self._read("root", replies, workers)
-            pairs = [(key, root.get(key)) for key in root.keys(True, True)]
+            keys = root.keys(True, True, is_leaf=is_data_leaf)
+            pairs = [(key, root.get(key)) for key in keys]
         else:
             # the reset rows are read straight from the buffers
             pairs = self._root_pairs
@@ -529,6 +554,8 @@ class BatchedEnvBase(EnvBase):
             if isinstance(current, torch.Tensor) and current.shape == value.shape:
                 mask = reset.reshape(-1, *([1] * (value.ndim - 1)))
                 tensordict_.set(key, torch.where(mask, value, current))
+            elif is_non_tensor(current) and is_non_tensor(value):
+                tensordict_.set(key, merge_non_tensor(value, current, reset))
             elif len(workers) == self.num_workers:
                 tensordict_.set(key, value.clone())
             else:
@@ -566,14 +593,14 @@ class BatchedEnvBase(EnvBase):
                 workers = need.nonzero().squeeze(-1).tolist()
                 for w in workers:
                     if not all(all_true(mask[w]) for _, mask in masks):
-                        entries[w] = tensordict[w].select(*[key for key, _ in masks]).to("cpu")
+                        entries[w] = _on_cpu(tensordict[w].select(*[key for key, _ in masks]))
             present = [k for k in self._state_keys if tensordict.get(k, None) is not None]
             if present and self._use_buffers:
                 self._write_inputs(tensordict.select(*present), workers, required=False)
                 use_state = True
             elif present:
                 for w in workers:
-                    state = tensordict[w].select(*present).to("cpu")
+                    state = _on_cpu(tensordict[w].select(*present))
                     entries[w] = state if entries[w] is None else entries[w].update(state)
         if not workers:
             return self._read("root", [], [])

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from tdrl.data import Composite
 from tdrl.envs._keys import leaf_keys
 from tdrl.envs.batched import _shared
+
+_NESTED = (TensorDict, LazyStackedTensorDict)
 
 SPEC_DISAGREES = (
     "sub-env {worker} does not match the specs the batched env was built from, at key {key!r}: "
@@ -98,6 +100,12 @@ class EnvRunner:
             )
             check_specs_agree(worker, expected_specs[1], env.input_spec.to("cpu"), ("input_spec",))
         self.batch_size = env.batch_size
+        # the env's last reset / step output (rewards left out): the next input starts from
+        # it, as a single env's does after step_mdp, so an env or a transform may read its
+        # previous observations from the input (the parent only sends actions and states)
+        self.last_root: TensorDictBase | None = None
+        self.reward_names = frozenset(key for key in env.reward_keys if isinstance(key, str))
+        self.nested_rewards = [key for key in env.reward_keys if not isinstance(key, str)]
         self.writer = None
         self.done_flags = None
         self.input_td = None
@@ -161,14 +169,47 @@ class EnvRunner:
     def _input(self, data: Any) -> TensorDictBase:
         """The env input of a step: buffer views, or the tensordict sent with the command."""
         if self.input_td is None:
-            return data
+            return self._after_last_root(data)
         td = self.input_td.copy()
         if data:
             for key, value in data.items():
                 td.set_non_tensor(key, value)
         if self.to_cpu:
             td = td.to(self.env.device)
-        return td
+        return self._after_last_root(td)
+
+    def _after_last_root(self, td: TensorDictBase) -> TensorDictBase:
+        """``td`` over the entries of the env's last output (``td`` wins where both have one)."""
+        last = self.last_root
+        if last is None:
+            return td
+        if type(last) is TensorDict and type(td) is TensorDict:
+            nested = _NESTED
+            if not any(type(value) in nested for value in td._tensordict.values()) and not any(
+                type(value) in nested for value in last._tensordict.values()
+            ):
+                return TensorDict._new_unsafe(
+                    {**last._tensordict, **td._tensordict},
+                    batch_size=td.batch_size,
+                    device=td.device,
+                    nested=False,
+                )
+        return last.clone(False).update(td)
+
+    def _remember(self, root: TensorDictBase, rewards: bool) -> None:
+        """Keep the env's output as the base of its next input (``rewards``: drop them)."""
+        if not rewards:
+            self.last_root = root
+        elif type(root) is TensorDict and not self.nested_rewards:
+            names = self.reward_names
+            self.last_root = TensorDict._new_unsafe(
+                {key: value for key, value in root._tensordict.items() if key not in names},
+                batch_size=root.batch_size,
+                device=root.device,
+                nested=False,
+            )
+        else:
+            self.last_root = root.exclude(*self.reward_names, *self.nested_rewards)
 
     def _output(self, region: str, data: TensorDictBase) -> Any:
         if self.writer is None:
@@ -188,14 +229,18 @@ class EnvRunner:
             return None
         if payload is None and self.fast_step:
             # The protocol of EnvBase.step without its input checks and "next" bookkeeping.
-            td = self._fresh_input()
-            return self._output("next", env._finish_step(td, env._step(td)))
+            td = self._after_last_root(self._fresh_input())
+            next_td = env._finish_step(td, env._step(td))
+            self._remember(next_td, rewards=True)
+            return self._output("next", next_td)
         inputs, sub_mask = payload if payload is not None else (None, None)
         td = self._input(inputs)
         if sub_mask is not None:
             td.set("_step", sub_mask)
         td = env.step(td)
-        return self._output("next", td.get("next"))
+        next_td = td.get("next")
+        self._remember(next_td, rewards=True)
+        return self._output("next", next_td)
 
     def step_and_maybe_reset(self, payload: Any) -> Any:
         """Step, then reset the env if its root ``"done"`` is set (one round trip).
@@ -227,6 +272,7 @@ class EnvRunner:
         """Reset the env; ``payload`` is ``(kwargs, reset_entries, use_state)`` or None."""
         if payload is None and self.direct_reset is not None:
             self.direct_reset()
+            self.last_root = None
             return None
         kwargs, entries, use_state = payload if payload is not None else ({}, None, False)
         td = None
@@ -238,6 +284,7 @@ class EnvRunner:
             if entries is not None:
                 td.update(entries)
         out = self.env.reset(td, **kwargs)
+        self._remember(out, rewards=False)
         return self._output("root", out)
 
     def seed(self, payload: tuple) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensorclass
 
 from tdrl.data import Composite, NonTensor
 from tdrl.envs._keys import leaf_keys
@@ -100,12 +100,12 @@ def region_specs(output_spec: Composite, input_spec: Composite) -> dict[str, lis
 
 
 def is_dynamic(specs: dict[str, list]) -> bool:
-    """Whether a leaf has a dynamic (``-1``) dim: such envs exchange data through pipes."""
-    return any(
-        -1 in tuple(spec.shape) and not isinstance(spec, NonTensor)
-        for leaves in specs.values()
-        for _, spec, _ in leaves
-    )
+    """Whether a leaf has a dynamic (``-1``) dim: such envs exchange data through pipes.
+
+    Non-tensor leaves count too: a ``-1`` there means a variable-length content (a
+    growing history...), whose steps are stacked lazily as well.
+    """
+    return any(-1 in tuple(spec.shape) for leaves in specs.values() for _, spec, _ in leaves)
 
 
 def _aligned(n: int) -> int:
@@ -362,3 +362,34 @@ def _plain(value: Any) -> Any:
             return tolist()
         return value.data
     return value
+
+
+def data_classes(output_spec: Composite) -> list[tuple[tuple, type]]:
+    """The entries of the step / reset outputs that the sub-envs return as tensorclasses.
+
+    Their specs are Composites with a tensorclass ``data_cls``; the workers' data reach the
+    parent as plain tensordicts (buffers or pipes), :func:`restore_classes` re-wraps them.
+    """
+    found: list[tuple[tuple, type]] = []
+
+    def visit(spec: Composite, prefix: tuple) -> None:
+        for name, sub in spec.items():
+            if isinstance(sub, Composite):
+                cls = getattr(sub, "data_cls", None)
+                if cls is not None and is_tensorclass(cls):
+                    found.append(((*prefix, name), cls))
+                else:
+                    visit(sub, (*prefix, name))
+
+    for group in output_spec.values():
+        visit(group, ())
+    return found
+
+
+def restore_classes(data: TensorDictBase, classes: list[tuple[tuple, type]]) -> TensorDictBase:
+    """Wrap the entries listed by :func:`data_classes` back into their tensorclasses."""
+    for key, cls in classes:
+        value = data.get(key, None)
+        if value is not None and not isinstance(value, cls):
+            data.set(key, cls.from_tensordict(value))
+    return data

@@ -25,7 +25,9 @@ class PendulumEnv(EnvBase):
     read from the input tensordict, so one env instance runs any batch size:
     the batch size of the data passed to ``reset`` / ``step`` decides it. The
     reward is ``-(th**2 + 0.1 * thdot**2 + 0.001 * u**2)`` with ``th``
-    normalised to ``[-pi, pi)``; the episode never terminates.
+    normalised to ``[-pi, pi)``; the episode never terminates. ``reset(data,
+    set_state=True)`` starts from the ``th`` / ``thdot`` of ``data`` instead of
+    drawing them.
 
     Args:
         td_params: parameters (as built by :meth:`gen_params`); defaults are used when None.
@@ -41,10 +43,14 @@ class PendulumEnv(EnvBase):
         >>> batch = env.rollout(5, tensordict=TensorDict(batch_size=[8]))
         >>> batch.batch_size
         torch.Size([8, 5])
+        >>> state = env.reset()
+        >>> bool(env.reset(state.clone(), set_state=True)["th"] == state["th"])
+        True
     """
 
     metadata = {"render_modes": [], "render_fps": 30}
     _batch_locked = False
+    _supports_set_state = True
     DEFAULT_X = math.pi
     DEFAULT_Y = 1.0
 
@@ -107,13 +113,17 @@ class PendulumEnv(EnvBase):
         else:
             batch_size = tensordict.batch_size
             params = tensordict.get("params")
-        generator = self._generator
-        th = (
-            torch.rand(batch_size, generator=generator, device=self.device) * 2 - 1
-        ) * self.DEFAULT_X
-        thdot = (
-            torch.rand(batch_size, generator=generator, device=self.device) * 2 - 1
-        ) * self.DEFAULT_Y
+        if kwargs.get("set_state") and tensordict is not None and "th" in tensordict:
+            th = tensordict.get("th").clone()
+            thdot = tensordict.get("thdot").clone()
+        else:
+            generator = self._generator
+            th = (
+                torch.rand(batch_size, generator=generator, device=self.device) * 2 - 1
+            ) * self.DEFAULT_X
+            thdot = (
+                torch.rand(batch_size, generator=generator, device=self.device) * 2 - 1
+            ) * self.DEFAULT_Y
         return TensorDict._new_unsafe(
             {
                 "th": th,

@@ -23,7 +23,7 @@ PARAMS_TYPE_ERROR = (
     "got {got}"
 )
 SEED_WARNING = (
-    "{owner}: seeding a model-based env has no effect; its dynamics come from the world "
+    "{owner}: seeding a model based env has no effect; its dynamics come from the world "
     "model and its randomness from the global torch generator"
 )
 _COMPLETED = ("done", "terminated")

@@ -6,7 +6,7 @@ import os
 import warnings
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, tensorclass
 
 from tdrl.data import Bounded, Categorical, Composite, NonTensor, Unbounded
 from tdrl.envs import EnvBase
@@ -87,9 +87,10 @@ class DriftingSpecEnv(CountingEnv):
 class TextEnv(EnvBase):
     """An env with a non-tensor ``"text"`` observation next to a tensor one."""
 
-    def __init__(self, prefix: str = "t"):
+    def __init__(self, prefix: str = "t", max_steps: int = 1000):
         super().__init__()
         self.prefix = prefix
+        self.max_steps = max_steps
         self.observation_spec = Composite(observation=Unbounded((1,)), text=NonTensor(shape=()))
         self.action_spec = Bounded(-1.0, 1.0, (1,))
         self.reward_spec = Unbounded((1,))
@@ -107,7 +108,7 @@ class TextEnv(EnvBase):
         data = TensorDict(
             observation=torch.full((1,), float(self.count)),
             reward=torch.zeros(1),
-            done=torch.zeros(1, dtype=torch.bool),
+            done=torch.tensor([self.count >= self.max_steps]),
         )
         data.set_non_tensor("text", f"{self.prefix}{self.count}")
         return data
@@ -153,3 +154,66 @@ class NoActionEnv(EnvBase):
 
     def _set_seed(self, seed):
         pass
+
+
+class EchoEnv(EnvBase):
+    """Reads its previous observation back from the step input (as a stateless env or a
+    transform keeping a history in the data would), without declaring it as a state."""
+
+    def __init__(self, words: int = 0):
+        super().__init__()
+        self.observation_spec = Composite(total=Unbounded((1,)))
+        if words:
+            self.observation_spec = Composite(total=Unbounded((1,)), words=NonTensor(shape=(-1,)))
+        self.action_spec = Bounded(0.0, 1.0, (1,))
+        self.reward_spec = Unbounded((1,))
+        self.done_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.words = words
+
+    def _reset(self, tensordict=None, **kwargs):
+        data = TensorDict(total=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool))
+        if self.words:
+            data.set_non_tensor("words", ["w"])
+        return data
+
+    def _step(self, tensordict):
+        data = TensorDict(
+            total=tensordict["total"] + tensordict["action"],
+            reward=torch.zeros(1),
+            done=torch.zeros(1, dtype=torch.bool),
+        )
+        if self.words:
+            data.set_non_tensor("words", [*tensordict["words"], "w"])
+        return data
+
+    def _set_seed(self, seed):
+        pass
+
+
+@tensorclass
+class Reading:
+    """A tensorclass observation: a label and a value."""
+
+    label: str
+    value: torch.Tensor
+
+
+class TensorclassEnv(CountingEnv):
+    """A counting env that also observes a :class:`Reading` (a spec with ``data_cls``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_spec["reading"] = Composite(
+            label=NonTensor(example_data="0", shape=()),
+            value=Unbounded(shape=()),
+            data_cls=Reading,
+        )
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = super()._reset(tensordict, **kwargs)
+        return out.set("reading", Reading("0", torch.zeros(())))
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        count = out["observation"][0]
+        return out.set("reading", Reading(str(int(count)), count.clone()))

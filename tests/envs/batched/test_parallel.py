@@ -296,3 +296,11 @@ def test_consolidated_replies_give_the_same_data():
         for key in ("observation", ("next", "observation"), ("next", "done")):
             for part_a, part_b in zip(step_a.get(key).unbind(0), step_b.get(key).unbind(0)):
                 assert torch.equal(part_a, part_b)
+
+
+def test_workers_read_their_previous_observations_from_the_input():
+    from tests.envs.batched._envs import EchoEnv
+
+    with ParallelEnv(2, EchoEnv) as env:
+        data = env.rollout(3, lambda td: td.set("action", torch.ones(2, 1)))
+        assert data["next", "total"][1].squeeze(-1).tolist() == [1.0, 2.0, 3.0]

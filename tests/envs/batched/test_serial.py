@@ -231,3 +231,33 @@ def test_sub_envs_without_actions():
     data = env.rollout(4, break_when_any_done=False)
     assert data["next", "steps"][0].squeeze(-1).tolist() == [1.0, 2.0, 3.0, 1.0]
     env.close()
+
+
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+def test_device_less_sub_envs_stay_device_less_without_buffers():
+    with SerialEnv(2, TextEnv, use_buffers=False) as env:
+        assert env.device is None
+        data = env.rand_step(env.reset())
+        assert data.device is None and data["next"].device is None
+        assert all(part.device is None for part in data["next"].tensordicts)
+
+
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+@pytest.mark.parametrize("use_buffers", [True, False])
+def test_sub_envs_read_their_previous_observations_from_the_input(use_buffers):
+    from tests.envs.batched._envs import EchoEnv
+
+    with SerialEnv(2, EchoEnv, use_buffers=use_buffers) as env:
+        data = env.rollout(4, lambda td: td.set("action", torch.ones(2, 1)))
+        assert data["next", "total"][0].squeeze(-1).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_dynamic_non_tensor_entries_are_exchanged_without_buffers():
+    from tests.envs.batched._envs import EchoEnv
+
+    with pytest.warns(UserWarning, match="dynamic"):
+        env = SerialEnv(2, EchoEnv, [{"words": 1}, {"words": 1}])
+    with env:
+        env.check_env_specs()  # dynamic specs: the steps are checked one by one
+        data = env.rollout(3, break_when_any_done=False)
+        assert data[0][-1]["next", "words"] == ["w"] * 4  # 1 at reset, +1 per step

@@ -53,6 +53,21 @@ def test_view_steps_only_its_workers(cls, use_buffers, index, selected):
         env.rand_step()
 
 
+@pytest.mark.filterwarnings("ignore:.*stacked lazily")
+@pytest.mark.parametrize("cls", CLASSES)
+def test_view_steps_with_and_without_an_input_device(cls):
+    # without buffers, the workers not in a view keep the data of their last step; a
+    # step of the view whose input has a device, then one without, must still stack
+    with cls(4, CountingEnv, use_buffers=False) as env:
+        env.reset()
+        view = env[1:3]
+        view.step(_ones(view).to("cpu"))
+        out = view.rand_step()
+        assert out.batch_size == (2,)
+        assert _counts(env) == [0.0, 2.0, 2.0, 0.0]
+        check_env_specs(view)
+
+
 @pytest.mark.parametrize("cls", CLASSES)
 def test_view_reset_rollout_and_specs(cls):
     with cls(3, CountingEnv) as env:
