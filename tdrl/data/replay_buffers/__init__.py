@@ -37,6 +37,7 @@ from tdrl.data.replay_buffers.slice_samplers import (
     SliceSamplerWithoutReplacement,
 )
 from tdrl.data.replay_buffers.storages import (
+    LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
     Storage,
@@ -55,6 +56,7 @@ __all__ = [
     "H5StorageCheckpointer",
     "ImmutableDatasetWriter",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "ListStorageCheckpointer",

@@ -53,7 +53,7 @@ from tdrl.data.replay_buffers.checkpoint_files import (
     write_marker,
 )
 from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
-from tdrl.data.replay_buffers.storages import full_batch_size
+from tdrl.data.replay_buffers.storage_state import full_batch_size
 
 __all__ = [
     "FlatStorageCheckpointer",

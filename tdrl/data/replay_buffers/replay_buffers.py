@@ -15,7 +15,12 @@ from tensordict import TensorDictBase
 from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
-from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
+from tdrl.data.replay_buffers.storages import (
+    LazyStackStorage,
+    ListStorage,
+    Storage,
+    TensorStorage,
+)
 from tdrl.data.replay_buffers.utils import (
     expand_to_items,
     item_list,
@@ -172,7 +177,10 @@ class ReplayBuffer:
         self._writer = writer if writer is not None else self._default_writer()
         self._writer.register_storage(self._storage)
         if collate_fn is None:
-            collate_fn = stack_items if isinstance(self._storage, ListStorage) else _identity
+            collates = isinstance(self._storage, ListStorage) and not isinstance(
+                self._storage, LazyStackStorage
+            )
+            collate_fn = stack_items if collates else _identity
         self._collate_fn = collate_fn
         self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         if prefetch is not None and int(prefetch) < 0:

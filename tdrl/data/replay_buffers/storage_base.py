@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "range_index"]
 
 _EMPTY_MSG = "the storage is empty: extend the replay buffer before sampling or indexing it"
 
@@ -18,6 +18,18 @@ def _out_of_range(index: Any, length: int) -> IndexError:
         f"index out of range: expected indices in [-{length}, {length}) for a storage holding "
         f"{length} items, got {index}"
     )
+
+
+def range_index(index: range) -> slice | torch.Tensor:
+    """A ``range`` index as a slice (a view) when it walks forward from >= 0, else a tensor.
+
+    Examples:
+        >>> range_index(range(2, 8, 2)), range_index(range(3, -1, -1))
+        (slice(2, 8, 2), tensor([3, 2, 1, 0]))
+    """
+    if index.step > 0 and index.start >= 0:
+        return slice(index.start, index.stop, index.step)
+    return torch.tensor(index, dtype=torch.long)
 
 
 class Storage:

@@ -7,25 +7,30 @@ This module holds the tensor storages; :class:`Storage` (the interface) and
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
-from tdrl.data.replay_buffers.list_storage import ListStorage
-from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range
+from tdrl.data.replay_buffers.list_storage import LazyStackStorage, ListStorage
+from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range, range_index
+from tdrl.data.replay_buffers.storage_state import from_plain_state, full_batch_size, plain_state
 from tdrl.data.replay_buffers.utils import (
     collect_leaves,
     expand_to_items,
     gather_source,
     keys_of,
+    retyped,
     tensordict_plan,
+    untyped,
 )
 
 __all__ = [
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "Storage",
@@ -39,80 +44,22 @@ def _as_tuple(key: Any) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
-def _plain_state(td: TensorDictBase) -> dict | TensorDictBase:
-    """``td`` as nested dicts of tensors, which ``torch.load(weights_only=True)`` accepts.
-
-    Non-tensor leaves have no such form: the tensordict itself is returned then.
-    """
-    entries: dict = {}
-    for key, value in td.items():
-        if isinstance(value, TensorDictBase):
-            value = _plain_state(value)
-            if isinstance(value, TensorDictBase):
-                return td
-        elif type(value) is not torch.Tensor:
-            return td
-        entries[key] = value
-    device = None if td.device is None else str(td.device)
-    return {"entries": entries, "batch_size": list(td.batch_size), "device": device}
-
-
-def _from_plain_state(state: dict | TensorDictBase) -> TensorDictBase:
-    """Inverse of :func:`_plain_state` (a tensordict passes through)."""
-    if isinstance(state, TensorDictBase):
-        return state
-    source = {
-        key: value if isinstance(value, torch.Tensor) else _from_plain_state(value)
-        for key, value in state["entries"].items()
-    }
-    return TensorDict(source, batch_size=state["batch_size"], device=state["device"])
-
-
-def _common_prefix(shapes: list[torch.Size]) -> tuple[int, ...]:
-    prefix = tuple(shapes[0])
-    for shape in shapes[1:]:
-        size = 0
-        while size < min(len(prefix), len(shape)) and prefix[size] == shape[size]:
-            size += 1
-        prefix = prefix[:size]
-    return prefix
-
-
-def full_batch_size(td: TensorDictBase, ndim: int) -> TensorDictBase:
-    """Restore the batch size of stored TensorDicts saved by versions that cut it to ``ndim`` dims.
-
-    Those versions kept the batch sizes of nested TensorDicts whole, and every nested
-    batch size and leaf shape starts with the root's: the root batch size is recovered as
-    their longest common prefix. Without nested TensorDicts nothing tells the cut dims
-    apart from feature dims, and ``td`` is returned unchanged.
-    """
-    if td.batch_dims != ndim:
-        return td
-    nodes, leaves = [], []
-    for key in td.keys(include_nested=True):
-        value = td.get(key)
-        (nodes if isinstance(value, TensorDictBase) else leaves).append(
-            value.batch_size if isinstance(value, TensorDictBase) else value.shape
-        )
-    if not nodes:
-        return td
-    prefix = _common_prefix(nodes + leaves)
-    if len(prefix) > ndim:
-        td.batch_size = prefix
-    return td
-
-
 class TensorStorage(Storage):
     """A storage over contiguous tensors: a tensor, a TensorDict or a pytree of tensors.
 
     All items share one structure; reading a batch is one gather per leaf. ``len`` counts
     items over the first ``ndim`` dimensions (e.g. ``[B, T]`` frames with ``ndim=2``).
+    A storage built on a container holds all its rows: its length is the container's
+    leading size (pre-filled data, e.g. a dataset read through an
+    :class:`ImmutableDatasetWriter`); a writer then overwrites it from row 0. Tensorclasses
+    are stored as their TensorDicts and read back as tensorclasses.
     A stored TensorDict keeps its whole batch size: the batch dims after the first ``ndim``
     belong to each item (``[N, T]`` trajectories in a ``ndim=1`` storage sample as
     ``[batch, T]``).
 
     Args:
-        storage: the preallocated container; its leading dimension is the capacity.
+        storage: the preallocated container (a tensor, TensorDict, tensorclass or pytree of
+            tensors); its leading dimension is the capacity.
         max_size: capacity along the first dimension (defaults to the storage's).
         device: the device of the storage (taken from ``storage`` when given).
         ndim: how many leading dimensions index items.
@@ -121,9 +68,9 @@ class TensorStorage(Storage):
     Examples:
         >>> import torch
         >>> storage = TensorStorage(torch.zeros(10, 3))
-        >>> storage.set(slice(0, 2), torch.ones(2, 3))
-        >>> len(storage), storage.get(1)
-        (2, tensor([1., 1., 1.]))
+        >>> storage.set(range(2), torch.ones(2, 3))
+        >>> len(storage), storage.get(1), storage.get(9)
+        (10, tensor([1., 1., 1.]), tensor([0., 0., 0.]))
     """
 
     def __init__(
@@ -143,8 +90,10 @@ class TensorStorage(Storage):
         self._kind: str | None = None
         self._td: TensorDictBase | None = None
         self._treespec = None
+        self._tc_types: dict[tuple, type] | None = None
         if storage is not None:
             self._adopt(storage)
+            self._len_np[()] = self._td.shape[0]
             if max_size is None:
                 max_size = self._td.shape[0]
             elif int(max_size) != self._td.shape[0]:
@@ -166,10 +115,10 @@ class TensorStorage(Storage):
         return self._td is not None
 
     def _adopt(self, storage: Any) -> None:
-        """Wrap a container (tensor, TensorDict or pytree) as the internal TensorDict."""
-        if isinstance(storage, TensorDictBase):
+        """Wrap a container (tensor, TensorDict, tensorclass or pytree) as the internal TensorDict."""
+        if isinstance(storage, TensorDictBase) or is_tensorclass(storage):
             self._kind = "tensordict"
-            td = storage
+            td, self._tc_types = untyped(storage)
         elif isinstance(storage, torch.Tensor):
             self._kind = "tensor"
             td = TensorDict({_TENSOR_KEY: storage}, batch_size=storage.shape[: self.ndim])
@@ -234,7 +183,7 @@ class TensorStorage(Storage):
 
     def _wrap(self, td: TensorDictBase) -> Any:
         if self._kind == "tensordict":
-            return td
+            return td if self._tc_types is None else retyped(td, self._tc_types)
         if self._kind == "tensor":
             return td.get(_TENSOR_KEY)
         return _pytree.tree_unflatten(
@@ -245,9 +194,12 @@ class TensorStorage(Storage):
         """The leaves of ``data`` in storage order; a clear error when the structure differs."""
         if self._kind == "tensordict":
             if not isinstance(data, TensorDictBase):
-                raise TypeError(
-                    f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
-                )
+                if is_tensorclass(data):
+                    data = data._tensordict
+                else:
+                    raise TypeError(
+                        f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
+                    )
             leaves: list[torch.Tensor] = []
             collect_leaves(data, self._plan, (), leaves)
             return leaves
@@ -267,8 +219,14 @@ class TensorStorage(Storage):
         return leaves
 
     # -- lazy allocation -----------------------------------------------------------------------
-    def _init(self, data: Any, batched: bool) -> None:
-        """Allocate the storage from the structure of the first data written."""
+    def _init(self, data: Any, batched: bool = False) -> None:
+        """Allocate the storage from the structure of the first data written.
+
+        ``data`` is one item, or items stacked along dim 0 when ``batched``.
+        """
+        tc_types = None
+        if is_tensorclass(data):
+            data, tc_types = untyped(data)
         if isinstance(data, TensorDictBase):
             kind = "tensordict"
             keys = [_as_tuple(key) for key in data.keys(include_nested=True, leaves_only=True)]
@@ -319,6 +277,7 @@ class TensorStorage(Storage):
                 node = node.setdefault(part, {})
             node[key[-1]] = tensor
         self._kind = kind
+        self._tc_types = tc_types
         td_batch = (rows, *item) if kind == "tensordict" else (rows, *other)
         td = TensorDict(source, batch_size=td_batch, device=self._storage_device())
         if kind == "tensordict":
@@ -346,13 +305,15 @@ class TensorStorage(Storage):
         """Write ``data`` at ``cursor``.
 
         Args:
-            cursor: an int (one item), a slice or an index tensor along the first dimension;
-                with ``ndim > 1``, also the multi-dimensional indices sampling returns: a
-                tuple of index tensors (one per dim) or an index tensor of shape
+            cursor: an int (one item), a slice, a ``range`` or an index tensor along the first
+                dimension; with ``ndim > 1``, also the multi-dimensional indices sampling
+                returns: a tuple of index tensors (one per dim) or an index tensor of shape
                 ``[n, ndim]``, as :meth:`get` takes them.
             data: one item (int cursor) or items stacked along a leading dimension.
             set_cursor: whether the write may grow ``len(self)``.
         """
+        if isinstance(cursor, range):
+            cursor = range_index(cursor)
         single = isinstance(cursor, (int, np.integer))
         if self._td is None:
             self._init(data, batched=not single)
@@ -497,7 +458,7 @@ class TensorStorage(Storage):
         return self._td[: int(self._len_np)]
 
     def get(self, index: Any) -> Any:
-        """Read items: an int, a slice, an index tensor / list along dim 0, or a tuple of those.
+        """Read items: an int, a slice, a range, an index tensor / list along dim 0, or a tuple.
 
         With ``ndim > 1`` an integer tensor of shape ``[n, ndim]`` holds coordinates (as the
         ``"index"`` entry of samples does) and reads ``n`` items.
@@ -505,6 +466,8 @@ class TensorStorage(Storage):
         if self._td is None:
             raise RuntimeError(_EMPTY_MSG)
         length = int(self._len_np)
+        if isinstance(index, range):
+            index = range_index(index)
         if isinstance(index, (int, np.integer)):
             if not -length <= index < length:
                 raise _out_of_range(int(index), length)
@@ -550,7 +513,8 @@ class TensorStorage(Storage):
             if self._trailing:
                 extra = {key: expand_to_items(value, batch) for key, value in extra.items()}
             source.update(extra)
-        return TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+        out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+        return out if self._tc_types is None else retyped(out, self._tc_types)
 
     def _gather(self, index: Any, extra: dict | None = None) -> Any:
         """Read sampled items with one gather per leaf (indices are trusted)."""
@@ -600,7 +564,7 @@ class TensorStorage(Storage):
         reads it back whatever the installed tensordict version.
         """
         return {
-            "_storage": None if self._td is None else _plain_state(self._td.to_tensordict()),
+            "_storage": None if self._td is None else plain_state(self._td.to_tensordict()),
             "full_batch_size": True,
             "initialized": self._td is not None,
             "_len": int(self._len_np),
@@ -612,7 +576,7 @@ class TensorStorage(Storage):
         """Restore content and length; allocates the storage first when it is still lazy."""
         content = state_dict["_storage"]
         if content is not None:
-            content = _from_plain_state(content)
+            content = from_plain_state(content)
             kind = state_dict.get("kind", "tensordict")
             if kind == "tensordict" and not state_dict.get("full_batch_size"):
                 content = full_batch_size(content, self.ndim)
@@ -654,6 +618,9 @@ class LazyTensorStorage(TensorStorage):
         device: where to allocate (``"cpu"``, ``"cuda"``...).
         ndim: how many leading dimensions index items.
         compilable: accepted for API compatibility; it has no effect.
+        shared_init: allocate in shared memory, so that a buffer passed to other processes
+            (before or after its first write) writes to the same tensors. Shared memory is
+            CPU memory: another ``device`` is replaced by ``"cpu"``, with a warning.
 
     Examples:
         >>> import torch
@@ -671,13 +638,23 @@ class LazyTensorStorage(TensorStorage):
         device: torch.device | str = "cpu",
         ndim: int = 1,
         compilable: bool = False,
+        shared_init: bool = False,
     ) -> None:
         super().__init__(
             storage=None, max_size=max_size, device=device, ndim=ndim, compilable=compilable
         )
-        self._shared_init = False
+        self._shared_init = bool(shared_init)
+        if self._shared_init:
+            self._share_len()
 
     def _allocate(self, template: list) -> list[torch.Tensor]:
+        if self._shared_init and self.device is not None and self.device.type != "cpu":
+            warnings.warn(
+                f"{type(self).__name__}: shared_init allocates in shared (CPU) memory; the "
+                f"device {self.device} cannot be honored, the storage is on cpu",
+                stacklevel=4,
+            )
+            self.device = torch.device("cpu")
         tensors = [
             torch.empty(shape, dtype=dtype, device=self.device) for _, shape, dtype in template
         ]
