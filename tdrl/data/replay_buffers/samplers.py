@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
+from tdrl.data.replay_buffers.storage_base import EMPTY_SAMPLE_MSG
 from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
 
 __all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement"]
 
-_EMPTY_MSG = "cannot sample from an empty replay buffer: extend it first"
 _INF = float("inf")
 _PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
 
@@ -150,7 +150,7 @@ class SamplerWithoutReplacement(Sampler):
         """The next ``batch_size`` items of the current epoch."""
         length = len(storage)
         if length == 0:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         if self.drop_last and length < batch_size:
             raise ValueError(
                 f"cannot draw a full batch of {batch_size} items from {length} stored items with drop_last=True"
@@ -313,7 +313,7 @@ class PrioritizedSampler(Sampler):
         """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
         length = len(storage)
         if not length:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         tree = self._tree
         # draws stay among stored items; ``value`` is the tree value of each drawn item
         index, value = tree.sample(batch_size, self._rng, length)

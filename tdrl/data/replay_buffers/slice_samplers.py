@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
+from tdrl.data.replay_buffers.storage_base import EMPTY_SAMPLE_MSG
 
 __all__ = ["PrioritizedSliceSampler", "SliceSampler", "SliceSamplerWithoutReplacement"]
 
@@ -297,7 +298,7 @@ class SliceSampler(Sampler):
 
     def _find_segments(self, storage: Any) -> Segments:
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first")
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         timeline = storage_timeline(storage)
         if self._static_ends is not None or self._static_traj is not None:
             return self._static_segments(timeline)

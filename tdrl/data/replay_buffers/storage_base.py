@@ -10,7 +10,8 @@ import torch
 
 __all__ = ["Storage", "range_index"]
 
-_EMPTY_MSG = "the storage is empty: extend the replay buffer before sampling or indexing it"
+_EMPTY_MSG = "Cannot read from an empty storage: extend the replay buffer first"
+EMPTY_SAMPLE_MSG = "Cannot sample from an empty storage: extend the replay buffer first"
 
 
 def _out_of_range(index: Any, length: int) -> IndexError:
@@ -175,5 +176,5 @@ class Storage:
         """``batch_size`` uniformly drawn indices of stored items."""
         length = len(self)
         if length == 0:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         return self._unravel(torch.randint(length, (batch_size,), generator=generator))

@@ -15,6 +15,8 @@ from tensordict import (
 )
 from torch.utils import _pytree
 
+from tdrl.data.replay_buffers.errors import DataValueError
+
 __all__ = [
     "collect_leaves",
     "expand_to_items",
@@ -132,8 +134,16 @@ def slice_data(data: Any, index: Any) -> Any:
     return _pytree.tree_map(lambda leaf: leaf[index], data)
 
 
-def stack_items(items: list) -> Any:
+def stack_items(items: list, strict: bool = False) -> Any:
     """Stack a list of items: TensorDicts, tensors or pytrees of tensors; other lists stay lists.
+
+    Args:
+        items: the items.
+        strict: raise when items of tensors cannot be stacked (shapes differ) instead of
+            returning the list.
+
+    Raises:
+        DataValueError: with ``strict``, when stacking failed (the message gives the cause).
 
     Examples:
         >>> import torch
@@ -147,16 +157,19 @@ def stack_items(items: list) -> Any:
     first = items[0]
     if isinstance(first, TensorDictBase):
         return LazyStackedTensorDict.maybe_dense_stack(items)
-    if isinstance(first, torch.Tensor):
-        try:
-            return torch.stack(items)
-        except RuntimeError:
-            return items
-    leaves = _pytree.tree_leaves(first)
+    leaves = [first] if isinstance(first, torch.Tensor) else _pytree.tree_leaves(first)
     if leaves and all(isinstance(leaf, torch.Tensor) for leaf in leaves):
         try:
+            if isinstance(first, torch.Tensor):
+                return torch.stack(items)
             return _pytree.tree_map(lambda *xs: torch.stack(xs), *items)
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError) as err:
+            if strict:
+                raise DataValueError(
+                    f"Stacking the elements of the list resulted in an error: {err}. Items "
+                    "written to a tensor storage must share their structure and shapes; a "
+                    "ListStorage keeps items of any shape"
+                ) from err
             return items
     if isinstance(first, (int, float, bool)) and all(type(x) is type(first) for x in items):
         return torch.tensor(items)
