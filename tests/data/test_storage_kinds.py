@@ -229,3 +229,16 @@ def test_shared_init_on_another_device_warns_and_uses_cpu():
     assert storage.device.type == "cpu"
     assert rb.sample()["x"].device.type == "cpu"
     assert storage._storage["x"].is_shared()
+
+
+def test_extend_with_a_list_that_cannot_be_stacked():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    with pytest.raises(
+        ValueError, match="Stacking the elements of the list resulted in an error"
+    ) as err:
+        rb.extend([torch.zeros(4), torch.zeros(1)])
+    assert isinstance(err.value, RuntimeError)
+    assert "equal size" in str(err.value)
+    assert len(rb) == 0
+    rb.extend([(torch.zeros(2), {"a": torch.ones(3)}) for _ in range(4)])
+    assert len(rb) == 4

@@ -370,14 +370,14 @@ class ReplayBufferEnsemble(ReplayBuffer):
                 )
         self._rbs = list(rbs)
         super().__init__(
-            storage=StorageEnsemble(*(rb._storage for rb in rbs)),
+            storage=StorageEnsemble(*(rb.storage for rb in rbs)),
             sampler=SamplerEnsemble(
-                *(rb._sampler for rb in rbs),
+                *(rb.sampler for rb in rbs),
                 p=p,
                 sample_from_all=sample_from_all,
                 num_buffer_sampled=num_buffer_sampled,
             ),
-            writer=WriterEnsemble(*(rb._writer for rb in rbs)),
+            writer=WriterEnsemble(*(rb.writer for rb in rbs)),
             collate_fn=collate_fn if collate_fn is not None else _stack,
             transform=transform,
             batch_size=batch_size,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,7 +15,9 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils import _pytree
 
+from tdrl._utils import rl_warnings
 from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequence
+from tdrl.data.replay_buffers.errors import DataValueError
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import (
     LazyStackStorage,
@@ -43,6 +46,22 @@ def _identity(data: Any) -> Any:
     return data
 
 
+def _component(value: Any, kind: type, name: str) -> Any:
+    """``value`` if it is a ``kind`` instance (or ``None``), else what the factory ``value`` builds."""
+    if value is None or isinstance(value, kind):
+        return value
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be a {kind.__name__} or a callable building one, got {type(value).__name__}"
+        )
+    built = value()
+    if not isinstance(built, kind):
+        raise TypeError(
+            f"the {name} factory must return a {kind.__name__}, got {type(built).__name__}"
+        )
+    return built
+
+
 def _pin(data: Any) -> Any:
     if isinstance(data, (torch.Tensor, TensorDictBase)):
         return data.pin_memory()
@@ -54,6 +73,12 @@ def _pin(data: Any) -> Any:
 class ReplayBuffer:
     """A replay buffer: writes go through a writer into a storage, reads through a sampler.
 
+    The storage, sampler and writer may be given as instances or as factories (callables
+    without arguments, e.g. ``functools.partial(LazyTensorStorage, 1000)``). With
+    ``delayed_init``, they are built, wired and handed their transforms on first use (a write,
+    a read, a sample...), so a buffer can be created cheaply and sent to another process
+    first; :attr:`initialized` tells whether that happened.
+
     Args:
         storage: where items live (default ``ListStorage(1000)``).
         sampler: how batches are drawn (default :class:`RandomSampler`).
@@ -62,8 +87,10 @@ class ReplayBuffer:
             identity for tensor storages).
         pin_memory: pin sampled batches (only when CUDA is available; otherwise ignored).
         prefetch: number of batches sampled ahead in a thread pool.
-        transform: a callable (or transform) applied to sampled data; its ``inv`` method, if
-            any, is applied to written data.
+        transform: a callable (or transform, or a list of them) applied to sampled data; its
+            ``inv`` method, if any, is applied to written data.
+        transform_factory: a callable without arguments returning the transform, called when
+            the buffer initializes (instead of ``transform``).
         batch_size: default batch size of :meth:`sample` and of iteration.
         dim_extend: the dimension of extended data that indexes new items (defaults to
             ``storage.ndim - 1``, the time dimension of ``[B, T]`` rollouts).
@@ -71,6 +98,8 @@ class ReplayBuffer:
         generator: a ``torch.Generator`` making sampling reproducible.
         shared: allocate lazy tensor storages in shared memory.
         compilable: accepted for API compatibility; it has no effect.
+        delayed_init: build the components on first use rather than now. Defaults to ``True``
+            when a ``transform_factory`` is given, else ``False``.
 
     Examples:
         >>> import torch
@@ -79,6 +108,9 @@ class ReplayBuffer:
         >>> _ = rb.extend(torch.arange(10))
         >>> len(rb), rb[2], rb.sample().shape
         (10, tensor(2), torch.Size([4]))
+        >>> lazy = ReplayBuffer(storage=LazyTensorStorage(100), delayed_init=True)
+        >>> lazy.initialized, lazy.extend(torch.arange(3)).tolist(), lazy.initialized
+        (False, [0, 1, 2], True)
     """
 
     _default_writer: type[Writer] = RoundRobinWriter
@@ -86,57 +118,106 @@ class ReplayBuffer:
     def __init__(
         self,
         *,
-        storage: Storage | None = None,
-        sampler: Sampler | None = None,
-        writer: Writer | None = None,
+        storage: Storage | Callable[[], Storage] | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        writer: Writer | Callable[[], Writer] | None = None,
         collate_fn: Callable | None = None,
         pin_memory: bool = False,
         prefetch: int | None = None,
         transform: Any = None,
+        transform_factory: Callable[[], Any] | None = None,
         batch_size: int | None = None,
         dim_extend: int | None = None,
         checkpointer: Any = None,
         generator: torch.Generator | None = None,
         shared: bool = False,
         compilable: bool | None = None,
+        delayed_init: bool | None = None,
     ) -> None:
-        self._storage = storage if storage is not None else ListStorage(max_size=1000)
-        self._storage.attach(self)
-        self._sampler = sampler if sampler is not None else RandomSampler()
-        self._writer = writer if writer is not None else self._default_writer()
-        self._writer.register_storage(self._storage)
-        if collate_fn is None:
-            collates = isinstance(self._storage, ListStorage) and not isinstance(
-                self._storage, LazyStackStorage
+        if transform is not None and transform_factory is not None:
+            raise ValueError("give at most one of transform and transform_factory")
+        if transform_factory is not None and not callable(transform_factory):
+            raise TypeError(
+                f"transform_factory must be callable, got {type(transform_factory).__name__}"
             )
-            collate_fn = stack_items if collates else _identity
-        self._collate_fn = collate_fn
-        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         if prefetch is not None and int(prefetch) < 0:
             raise ValueError(f"prefetch must be a non-negative integer, got {prefetch}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        if dim_extend is not None and int(dim_extend) < 0:
+            raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
+        if batch_size is None and getattr(sampler, "drop_last", False):
+            raise ValueError(
+                "Samplers with drop_last=True need a batch_size set at construction: the "
+                "incomplete last batch of an epoch is measured against it"
+            )
+        self._init_storage = storage
+        self._init_sampler = sampler
+        self._init_writer = writer
+        self._init_transform = transform
+        self._init_transform_factory = transform_factory
+        self._init_collate_fn = collate_fn
+        self._init_dim_extend = dim_extend
+        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self._prefetch_cap = int(prefetch or 0)
         self._replay_lock = threading.RLock()
         self._start_prefetch()
+        self._batch_size = batch_size
+        self.checkpointer = checkpointer
+        self._rng = generator
+        self._shared = bool(shared)
+        self._initialized = False
+        if delayed_init is None:
+            delayed_init = transform_factory is not None
+        if not delayed_init:
+            self._initialize()
+
+    # -- initialization ---------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage, sampler, writer and transforms have been built and wired."""
+        return self._initialized
+
+    def _initialize(self) -> None:
+        """Build the components (from their factories when given) and wire them together."""
+        storage = _component(self._init_storage, Storage, "storage")
+        if storage is None:
+            storage = ListStorage(max_size=1000)
+        sampler = _component(self._init_sampler, Sampler, "sampler")
+        writer = _component(self._init_writer, Writer, "writer")
+        self._storage = storage
+        storage.attach(self)
+        self._sampler = sampler if sampler is not None else RandomSampler()
+        self._writer = writer if writer is not None else self._default_writer()
+        self._writer.register_storage(storage)
+        collate_fn = self._init_collate_fn
+        if collate_fn is None:
+            collates = isinstance(storage, ListStorage) and not isinstance(
+                storage, LazyStackStorage
+            )
+            collate_fn = stack_items if collates else _identity
+        self._collate_fn = collate_fn
         self._transform = TransformSequence()
+        transform = self._init_transform
+        if self._init_transform_factory is not None:
+            transform = self._init_transform_factory()
         if transform is not None:
             for item in transform if isinstance(transform, (list, tuple)) else (transform,):
                 self._transform.append(item)
-        if batch_size is not None and int(batch_size) < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        self._batch_size = batch_size
-        ndim = getattr(self._storage, "ndim", 1)
-        if dim_extend is None:
-            dim_extend = ndim - 1
-        if int(dim_extend) < 0:
-            raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
-        self.dim_extend = int(dim_extend)
-        self.checkpointer = checkpointer
-        self._rng = None
-        if generator is not None:
-            self.set_rng(generator)
-        if shared:
+        dim_extend = self._init_dim_extend
+        self.dim_extend = getattr(storage, "ndim", 1) - 1 if dim_extend is None else int(dim_extend)
+        self._known_max_size = storage.max_size
+        self._init_storage = self._init_sampler = self._init_writer = None
+        self._init_transform = self._init_transform_factory = self._init_collate_fn = None
+        self._initialized = True
+        if self._rng is not None:
+            self.set_rng(self._rng)
+        if self._shared:
             self.share(True)
-        self._known_max_size = self._storage.max_size
+
+    def _ensure_init(self) -> None:
+        if not self._initialized:
+            self._initialize()
 
     # -- plumbing -------------------------------------------------------------------------------
     def _start_prefetch(self) -> None:
@@ -159,11 +240,15 @@ class ReplayBuffer:
     def set_rng(self, generator: torch.Generator) -> None:
         """Use ``generator`` for every random draw of the sampler, storage and writer."""
         self._rng = generator
-        for component in (self._sampler, self._storage, self._writer):
-            component._rng = generator
+        if self._initialized:
+            for component in (self._sampler, self._storage, self._writer):
+                component._rng = generator
 
     def share(self, shared: bool = True) -> ReplayBuffer:
         """Place a lazy tensor storage in shared memory when it allocates."""
+        self._shared = bool(shared)
+        if not self._initialized:
+            return self
         if shared and isinstance(self._storage, TensorStorage):
             self._storage._shared_init = True
             self._storage._share_len()
@@ -174,21 +259,25 @@ class ReplayBuffer:
     @property
     def storage(self) -> Storage:
         """The storage."""
+        self._ensure_init()
         return self._storage
 
     @property
     def sampler(self) -> Sampler:
         """The sampler."""
+        self._ensure_init()
         return self._sampler
 
     @property
     def writer(self) -> Writer:
         """The writer."""
+        self._ensure_init()
         return self._writer
 
     @property
     def transform(self) -> TransformSequence:
         """The transforms applied to sampled data."""
+        self._ensure_init()
         return self._transform
 
     @property
@@ -199,7 +288,31 @@ class ReplayBuffer:
     @property
     def write_count(self) -> int:
         """How many items were written since creation (or the last :meth:`empty`)."""
-        return self._writer._write_count
+        if not self._initialized:
+            return 0
+        return getattr(self._writer, "_write_count", 0)
+
+    def stats(self) -> dict[str, Any]:
+        """A JSON-serializable summary of the buffer; it does not initialize a delayed buffer.
+
+        Returns:
+            a dict with ``size`` (items stored), ``capacity`` (the storage's ``max_size``),
+            ``utilization`` (size / capacity), ``write_count``, ``prefetch_queue_size`` and
+            ``initialized``.
+        """
+        storage = self._storage if self._initialized else self._init_storage
+        if not isinstance(storage, Storage):
+            storage = None
+        size = len(storage) if storage is not None else 0
+        capacity = storage.max_size if storage is not None else None
+        return {
+            "size": size,
+            "capacity": capacity,
+            "utilization": size / capacity if capacity else 0.0,
+            "write_count": self.write_count,
+            "prefetch_queue_size": len(self._prefetch_queue),
+            "initialized": self._initialized,
+        }
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
         """Apply ``hook`` to the storage's content before :meth:`dumps` writes it.
@@ -209,6 +322,7 @@ class ReplayBuffer:
         ``"next"`` entries and reads it back as TED. Hooks are not saved with the buffer:
         register them on the buffer that loads the checkpoint too.
         """
+        self._ensure_init()
         self._storage.register_save_hook(hook)
 
     def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -216,15 +330,18 @@ class ReplayBuffer:
 
         See :meth:`Storage.register_load_hook`.
         """
+        self._ensure_init()
         self._storage.register_load_hook(hook)
 
     def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` swaps its forward and inverse."""
+        self._ensure_init()
         self._transform.append(Inverted(transform) if invert else transform)
         return self
 
     def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Insert a transform at ``index``; ``invert=True`` swaps its forward and inverse."""
+        self._ensure_init()
         self._transform.insert(index, Inverted(transform) if invert else transform)
         return self
 
@@ -244,6 +361,21 @@ class ReplayBuffer:
 
     def add(self, data: Any) -> int:
         """Write one item; returns its index."""
+        if not self._initialized:
+            self._initialize()
+        if (
+            isinstance(data, TensorDictBase)
+            and data.batch_dims
+            and data.batch_size[0] == 1
+            and rl_warnings()
+        ):
+            warnings.warn(
+                f"Using `add()` with a TensorDict that has batch_size {list(data.batch_size)}: "
+                "it is stored as one item of that shape. Use `extend()` to write its content "
+                "as one item of shape [] (set RL_WARNINGS=0 to silence this warning).",
+                UserWarning,
+                stacklevel=2,
+            )
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
@@ -279,6 +411,8 @@ class ReplayBuffer:
         Returns:
             the indices written to.
         """
+        if not self._initialized:
+            self._initialize()
         data = self._prepare_extend(data)
         with self._replay_lock:
             index = self._writer.extend(data)
@@ -345,6 +479,7 @@ class ReplayBuffer:
         of a sample (``[n, ndim]`` coordinates, or a tuple of their columns, for storages
         with ``ndim > 1``), so sampled data can be modified and written back.
         """
+        self._ensure_init()
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
@@ -356,6 +491,9 @@ class ReplayBuffer:
 
     # -- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:
+        if not self._initialized:
+            storage = self._init_storage
+            return len(storage) if isinstance(storage, Storage) else 0
         return len(self._storage)
 
     def __getitem__(self, index: Any) -> Any:
@@ -365,6 +503,7 @@ class ReplayBuffer:
         tensor of ``[n, ndim]`` coordinates (the ``"index"`` entry of samples) reads ``n``
         items.
         """
+        self._ensure_init()
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and isinstance(index[0], str)
         ):
@@ -401,10 +540,12 @@ class ReplayBuffer:
             batch_size: the number of items (defaults to the constructor's ``batch_size``).
             return_info: also return a dict with ``"index"`` and sampler extras (e.g. weights).
         """
+        if not self._initialized:
+            self._initialize()
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
-                raise ValueError(
+                raise DataValueError(
                     "batch_size not specified: pass it to the constructor or to sample()"
                 )
         if self._prefetch_cap and batch_size == self._batch_size:
@@ -418,9 +559,11 @@ class ReplayBuffer:
 
     def __iter__(self) -> Iterator[Any]:
         """Batches drawn through the sampler; finite for samplers without replacement."""
+        self._ensure_init()
         if self._batch_size is None:
-            raise ValueError(
-                "iterating over a replay buffer needs a batch_size set at construction"
+            raise DataValueError(
+                "Cannot iterate over the replay buffer. Batch_size was not specified: pass "
+                "batch_size to the constructor to iterate"
             )
         while True:
             data, _ = self._sample(self._batch_size)
@@ -428,22 +571,29 @@ class ReplayBuffer:
             if self._sampler.ran_out:
                 return
 
-    def empty(self) -> None:
-        """Remove every item and reset the writer and sampler."""
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Remove every item and reset the writer and sampler.
+
+        Args:
+            empty_write_count: also reset :attr:`write_count` to 0 (else it keeps counting).
+        """
+        self._ensure_init()
         with self._replay_lock:
             self._prefetch_queue.clear()
-            self._writer._empty()
+            self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._storage._empty()
 
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priority of the items at ``index`` (see :class:`PrioritizedSampler`)."""
+        self._ensure_init()
         with self._replay_lock:
             self._sampler.update_priority(index, priority, storage=self._storage)
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """States of the storage, sampler, writer and transforms, for ``torch.save``."""
+        self._ensure_init()
         return {
             "_storage": self._storage.state_dict(),
             "_sampler": self._sampler.state_dict(),
@@ -462,6 +612,7 @@ class ReplayBuffer:
         replaced atomically (see :mod:`tdrl.data.replay_buffers.checkpointers`). The
         storage's save hooks (:meth:`register_save_hook`) run on its content first.
         """
+        self._ensure_init()
         from tdrl.data.replay_buffers.checkpointers import dump_buffer
 
         with self._replay_lock:
@@ -469,6 +620,7 @@ class ReplayBuffer:
 
     def loads(self, path: str | os.PathLike) -> None:
         """Restore the state saved by :meth:`dumps` (priority trees and writer state included)."""
+        self._ensure_init()
         from tdrl.data.replay_buffers.checkpointers import load_buffer
 
         with self._replay_lock:
@@ -477,6 +629,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+        self._ensure_init()
         with self._replay_lock:
             self._storage.load_state_dict(state_dict["_storage"])
             self._known_max_size = self._storage.max_size
@@ -490,6 +643,8 @@ class ReplayBuffer:
                 self._rng.set_state(state_dict["_rng"])
 
     def __repr__(self) -> str:
+        if not self._initialized:
+            return f"{type(self).__name__}(not initialized, batch_size={self._batch_size})"
         return (
             f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
             f"writer={self._writer!r}, batch_size={self._batch_size})"
@@ -536,7 +691,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         shared: bool = False,
         compilable: bool | None = None,
     ) -> None:
-        storage = storage if storage is not None else ListStorage(max_size=1000)
+        # the priority trees are sized from the storage: a storage factory is built now
+        storage = _component(storage, Storage, "storage")
+        if storage is None:
+            storage = ListStorage(max_size=1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
         super().__init__(
             storage=storage,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer
+from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer, _component
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler
 from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
 from tdrl.data.replay_buffers.utils import expand_to_items
@@ -182,7 +182,10 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         shared: bool = False,
         compilable: bool | None = None,
     ) -> None:
-        storage = storage if storage is not None else ListStorage(max_size=1000)
+        # the priority trees are sized from the storage: a storage factory is built now
+        storage = _component(storage, Storage, "storage")
+        if storage is None:
+            storage = ListStorage(max_size=1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, reduction=reduction)
         super().__init__(
             priority_key=priority_key,

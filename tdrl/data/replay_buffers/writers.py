@@ -8,8 +8,9 @@ from multiprocessing import context as _mp_context
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 
+from tdrl.data.replay_buffers.errors import DataTypeError
 from tdrl.data.replay_buffers.utils import leading_dim, slice_data
 
 __all__ = [
@@ -80,8 +81,11 @@ class Writer:
     def _write_count(self) -> int:
         return int(self._state_np[1])
 
-    def _empty(self) -> None:
-        self._state.zero_()
+    def _empty(self, empty_write_count: bool = True) -> None:
+        if empty_write_count:
+            self._state.zero_()
+        else:
+            self._state_np[0] = 0
 
     def state_dict(self) -> dict[str, Any]:
         """Cursor and write count."""
@@ -246,10 +250,20 @@ class TensorDictMaxValueWriter(Writer):
         self._reduction = reduction
         self._ranks: torch.Tensor | None = None
 
+    def register_storage(self, storage: Any) -> None:
+        """Attach the storage; it must index items along one dim (``ndim == 1``)."""
+        if getattr(storage, "ndim", 1) > 1:
+            raise ValueError(
+                "TensorDictMaxValueWriter is not compatible with storages with more than one "
+                f"dimension: it ranks items along dim 0, got a storage with ndim={storage.ndim}"
+            )
+        super().register_storage(storage)
+
     def _rank_of(self, data: TensorDictBase) -> torch.Tensor:
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(
-                f"TensorDictMaxValueWriter writes TensorDicts, got {type(data).__name__}"
+        if not is_tensor_collection(data):
+            raise DataTypeError(
+                "TensorDictMaxValueWriter expects data to be a tensor collection (a TensorDict "
+                f"or tensorclass holding the rank key {self._rank_key!r}), got {type(data).__name__}"
             )
         rank = data.get(self._rank_key, None)
         if rank is None:
@@ -268,6 +282,7 @@ class TensorDictMaxValueWriter(Writer):
 
     def add(self, data: TensorDictBase) -> int | None:
         """Write one item if it ranks high enough; returns its index or ``None``."""
+        self._rank_of(data)
         index = self.extend(data.unsqueeze(0))
         return int(index[0]) if index.numel() else None
 
@@ -293,12 +308,14 @@ class TensorDictMaxValueWriter(Writer):
             slots = slots[: new_items.numel()]
             storage.set(slots, data[new_items])
             self._ranks[slots] = ranks[new_items]
-            self._state_np[0] = int(slots[-1]) + 1
+            # the next free slot, or 0 once the storage is full (every slot then holds a
+            # ranked item and the lowest-ranked one is replaced)
+            self._state_np[0] = (int(slots[-1]) + 1) % rows
             self._state_np[1] += new_items.numel()
         return slots
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _empty(self, empty_write_count: bool = True) -> None:
+        super()._empty(empty_write_count)
         if self._ranks is not None:
             self._ranks.fill_(float("-inf"))
 
