@@ -40,11 +40,16 @@ class ListStorage(Storage):
         if self.max_size is None:
             self.max_size = 2**62
         self._storage: list[Any] = []
+        self._mutation_revision = 0
+        self._last_cursor_index = -1
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write one item (int cursor) or a sequence of items (slice / indices)."""
+        self._mutation_revision += 1
         if isinstance(cursor, (int, np.integer)):
             self._set_one(int(cursor), data, set_cursor)
+            if set_cursor:
+                self._last_cursor_index = int(cursor)
             return
         if isinstance(cursor, slice):
             cursor = range(*cursor.indices(cursor.stop if cursor.stop is not None else len(self)))
@@ -68,6 +73,8 @@ class ListStorage(Storage):
             pairs = sorted(pairs, key=lambda pair: int(pair[0]))
         for position, item in pairs:
             self._set_one(int(position), item, set_cursor)
+        if set_cursor and len(cursor):
+            self._last_cursor_index = int(cursor[-1])
 
     def _set_one(self, position: int, item: Any, set_cursor: bool) -> None:
         if position < 0 or position >= self.max_size:
@@ -105,6 +112,8 @@ class ListStorage(Storage):
 
     def _empty(self) -> None:
         self._storage.clear()
+        self._mutation_revision += 1
+        self._last_cursor_index = -1
 
     def state_dict(self) -> dict[str, Any]:
         """The stored items (a list) for ``torch.save``."""
@@ -121,6 +130,8 @@ class ListStorage(Storage):
                 f"ListStorage state '_storage' must be a list, got {type(items).__name__}"
             )
         self._storage = [_pytree.tree_map(_clone_tensor, item) for item in items]
+        self._mutation_revision += 1
+        self._last_cursor_index = len(self._storage) - 1
 
     def __repr__(self) -> str:
         return f"ListStorage(items={len(self)}, max_size={self.max_size})"

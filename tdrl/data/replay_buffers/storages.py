@@ -85,8 +85,10 @@ class TensorStorage(Storage):
         if int(ndim) < 1:
             raise ValueError(f"ndim must be >= 1, got {ndim}")
         self.ndim = int(ndim)
-        self._len_tensor = torch.zeros((), dtype=torch.int64)
-        self._len_np = self._len_tensor.numpy()
+        # length along dim 0, mutation revision, last row written (-1: none); shared with the
+        # processes a shared storage is sent to
+        self._counters = torch.tensor([0, 0, -1], dtype=torch.int64)
+        self._bind_counters()
         self._kind: str | None = None
         self._td: TensorDictBase | None = None
         self._treespec = None
@@ -157,22 +159,41 @@ class TensorStorage(Storage):
         )
         self._out_device = self._td.device
 
+    def _bind_counters(self) -> None:
+        counters = self._counters.numpy()
+        self._counters_np = counters
+        self._len_np = counters[0:1].reshape(())
+
     def _share_len(self) -> None:
-        """Move the length to shared memory so other processes see it."""
-        self._len_tensor.share_memory_()
-        self._len_np = self._len_tensor.numpy()
+        """Move the length and counters to shared memory so other processes see them."""
+        self._counters.share_memory_()
+        self._bind_counters()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np"):
+        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np", "_counters_np"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._len_np = self._len_tensor.numpy()
+        self._bind_counters()
         if self._td is not None:
             self._build_plans()
+
+    @property
+    def _mutation_revision(self) -> int:
+        """How many writes (and empties) the storage has seen, in every process sharing it.
+
+        Samplers caching what they derived from the content (trajectories, groups) compare
+        it to tell whether the content changed, whoever wrote it.
+        """
+        return int(self._counters_np[1])
+
+    @property
+    def _last_cursor_index(self) -> int:
+        """The last row a writer wrote (the newest item), or -1 before any write."""
+        return int(self._counters_np[2])
 
     @property
     def _storage(self) -> Any:
@@ -339,6 +360,7 @@ class TensorStorage(Storage):
                 if src.shape != expected and not (not single and cursor.ndim == 0):
                     raise self._shape_error(key, torch.Size(expected), src.shape)
                 dst[cursor] = src
+        self._counters_np[1] += 1
         if set_cursor:
             self._grow(cursor)
 
@@ -404,12 +426,19 @@ class TensorStorage(Storage):
             cursor = cursor[0]
         if isinstance(cursor, slice):
             end = cursor.stop
+            last = end - 1
         elif isinstance(cursor, (int, np.integer)):
             end = int(cursor) + 1
+            last = int(cursor)
+        elif cursor.numel():
+            end = int(cursor.max()) + 1
+            last = int(cursor.reshape(-1)[-1])
         else:
-            end = int(cursor.max()) + 1 if cursor.numel() else 0
+            return
+        rows = self._td.shape[0]
+        self._counters_np[2] = last % rows
         if end > int(self._len_np):
-            self._len_np[()] = min(end, self._td.shape[0])
+            self._len_np[()] = min(end, rows)
 
     def _max_rows(self, data: Any = None, batched: bool = True) -> int:
         if self._td is not None:
@@ -431,7 +460,12 @@ class TensorStorage(Storage):
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
     def _set_len_along_dim0(self, length: int) -> None:
-        self._len_np[()] = length
+        """Set the filled length (after content was written directly, e.g. by a checkpointer)."""
+        counters = self._counters_np
+        counters[0] = length
+        counters[1] += 1
+        if self._td is not None and length < self._td.shape[0]:
+            counters[2] = length - 1
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -555,7 +589,10 @@ class TensorStorage(Storage):
 
     # -- state ---------------------------------------------------------------------------------
     def _empty(self) -> None:
-        self._len_np[()] = 0
+        counters = self._counters_np
+        counters[0] = 0
+        counters[1] += 1
+        counters[2] = -1
 
     def state_dict(self) -> dict[str, Any]:
         """Content (nested dicts of tensors), length and layout, for ``torch.save``.
@@ -568,6 +605,7 @@ class TensorStorage(Storage):
             "full_batch_size": True,
             "initialized": self._td is not None,
             "_len": int(self._len_np),
+            "_last_cursor": self._last_cursor_index,
             "kind": self._kind,
             "treespec": None if self._treespec is None else _pytree.treespec_dumps(self._treespec),
         }
@@ -602,7 +640,10 @@ class TensorStorage(Storage):
                     f"state shape mismatch: expected storage shape {tuple(self._td.shape)}, got {tuple(content.shape)}"
                 )
             self._td.update_(content)
-        self._len_np[()] = int(state_dict["_len"])
+        counters = self._counters_np
+        counters[0] = int(state_dict["_len"])
+        counters[1] += 1
+        counters[2] = int(state_dict.get("_last_cursor", -1))
 
     def __repr__(self) -> str:
         shape = None if self._td is None else tuple(self._td.shape)

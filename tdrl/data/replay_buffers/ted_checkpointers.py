@@ -182,7 +182,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
                 root = load_tensor(folder, root_entry, f"entry {key[1:]}")
                 value = restore_next(root, stops, value, 1)
             dst.index_copy_(0, order, value.to(dst.device))
-        storage._len_tensor.fill_(timeline.length)
+        storage._set_len_along_dim0(timeline.length)
 
 
 class NestedStorageCheckpointer(FlatStorageCheckpointer):
@@ -341,4 +341,4 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
                 raise ValueError(f"damaged checkpoint: entry {key} is missing from {file}")
             dst = _flat_view(td.get(key), storage.ndim)
             dst.index_copy_(0, order, value.to(device=dst.device, dtype=dst.dtype))
-        storage._len_tensor.fill_(timeline.length)
+        storage._set_len_along_dim0(timeline.length)
