@@ -52,8 +52,8 @@ from tdrl.data.replay_buffers.checkpoint_files import (
     write_json,
     write_marker,
 )
-from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
 from tdrl.data.replay_buffers.storage_state import full_batch_size
+from tdrl.data.replay_buffers.trajectories import Timeline, storage_timeline
 
 __all__ = [
     "FlatStorageCheckpointer",

@@ -30,8 +30,15 @@ from tdrl.data.replay_buffers.checkpointers import (
     _storage_layout,
     _timeline_of,
 )
-from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
-from tdrl.data.ted import H5Combine, H5Split, duplicated_keys, find_stops, restore_next
+from tdrl.data.replay_buffers.trajectories import Timeline, storage_timeline
+from tdrl.data.ted import (
+    DEFAULT_DONE_KEYS,
+    H5Combine,
+    H5Split,
+    duplicated_keys,
+    find_stops,
+    restore_next,
+)
 
 __all__ = ["FlatStorageCheckpointer", "H5StorageCheckpointer", "NestedStorageCheckpointer"]
 
@@ -86,9 +93,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         done_key: Any = ("next", "done"),
         **kwargs: Any,
     ) -> None:
-        self.done_keys = (
-            tuple(done_keys) if done_keys is not None else ("done", "truncated", "terminated")
-        )
+        self.done_keys = tuple(done_keys) if done_keys is not None else DEFAULT_DONE_KEYS
         self.reward_keys = tuple(reward_keys) if reward_keys is not None else ("reward",)
         self.done_key = done_key
 
