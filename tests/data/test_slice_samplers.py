@@ -462,7 +462,8 @@ def test_docs_example_batched_env_collector():
             break
     assert len(rb) == 100, len(rb)
     counts = rb[:]["next", "step_count"].squeeze()
-    assert counts.shape == (50, 2)
+    # read back as extended: [envs, time]
+    assert counts.shape == (2, 50)
     sample, info = rb.sample(return_info=True)
     rows, cols = info["index"]
     traj = sample["collector", "traj_ids"]
@@ -509,7 +510,7 @@ def test_docs_examples_with_real_collectors():
         if i == 100:
             break
     assert len(rb) == 100
-    assert rb[:]["next", "step_count"].squeeze().shape == (50, 2)
+    assert rb[:]["next", "step_count"].squeeze().shape == (2, 50)
     assert rb.sample().shape[0] <= 64
 
 

@@ -205,7 +205,10 @@ class ReplayBuffer:
             for item in transform if isinstance(transform, (list, tuple)) else (transform,):
                 self._transform.append(item)
         dim_extend = self._init_dim_extend
-        self.dim_extend = getattr(storage, "ndim", 1) - 1 if dim_extend is None else int(dim_extend)
+        ndim = getattr(storage, "ndim", 1)
+        self.dim_extend = ndim - 1 if dim_extend is None else int(dim_extend)
+        # a multi-dim storage extended along another dim is indexed in the data's own layout
+        self._user_layout = 0 < self.dim_extend < ndim
         self._known_max_size = storage.max_size
         self._init_storage = self._init_sampler = self._init_writer = None
         self._init_transform = self._init_transform_factory = self._init_collate_fn = None
@@ -477,12 +480,16 @@ class ReplayBuffer:
 
         ``index`` takes the forms :meth:`__getitem__` takes, including the ``"index"`` entry
         of a sample (``[n, ndim]`` coordinates, or a tuple of their columns, for storages
-        with ``ndim > 1``), so sampled data can be modified and written back.
+        with ``ndim > 1``), so sampled data can be modified and written back. In the data's
+        layout (see :meth:`__getitem__`), ``data`` broadcasts to the selected region.
         """
         self._ensure_init()
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
+            if self._in_data_layout(index):
+                self._write_in_data_layout(index, data)
+                return
             index = self._checked_write_index(index)
             self._storage.set(index, data, set_cursor=False)
             if isinstance(index, slice):
@@ -501,7 +508,9 @@ class ReplayBuffer:
 
         With ``ndim > 1`` storages, a tuple of index tensors (one per dim) or an integer
         tensor of ``[n, ndim]`` coordinates (the ``"index"`` entry of samples) reads ``n``
-        items.
+        items. When such a storage is extended along ``dim_extend > 0`` (``[B, T]`` rollouts
+        written along ``T``), other indices address the data in the layout it was given in:
+        ``rb[:]`` is ``[B, T]`` and ``rb[0, 3:5]`` is steps 3 and 4 of stream 0.
         """
         self._ensure_init()
         if isinstance(index, str) or (
@@ -512,6 +521,9 @@ class ReplayBuffer:
                 return self[:]
             key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
             return self[:][key]
+        if self._in_data_layout(index):
+            data = self._data_layout_view()[index]
+            return self._transform(data) if len(self._transform) else data
         data = self._storage.get(index)
         if not isinstance(index, (int, np.integer)):
             data = self._collate_fn(data)
@@ -521,6 +533,38 @@ class ReplayBuffer:
 
     def _gather(self, index: Any, info: dict) -> Any:
         return self._collate_fn(self._storage._gather(index))
+
+    # -- the data's own layout (multi-dim storages extended along dim_extend > 0) ------------------
+    def _in_data_layout(self, index: Any) -> bool:
+        """Whether ``index`` addresses the data as extended (rather than storage coordinates)."""
+        if not self._user_layout:
+            return False
+        if isinstance(index, tuple):
+            # a tuple of index tensors holds coordinates, as sampling returns them
+            return not all(isinstance(part, (torch.Tensor, np.ndarray)) for part in index)
+        if isinstance(index, torch.Tensor) and index.ndim > 1 and index.dtype != torch.bool:
+            return False
+        return True
+
+    def _data_layout_view(self) -> Any:
+        """The stored items, in the layout :meth:`extend` received them (a view)."""
+        return move_extend_dim(self._storage.get(slice(None)), self.dim_extend)
+
+    def _write_in_data_layout(self, index: Any, data: Any) -> None:
+        storage = self._storage
+        view = self._data_layout_view()
+        try:
+            view[index] = data
+        except RuntimeError as err:
+            raise ValueError(
+                f"cannot write data of shape {tuple(getattr(data, 'shape', ()))} at {index!r} of "
+                f"the stored data, of shape {tuple(view.shape)}: {err}"
+            ) from err
+        # the flat storage indices of the written items, for the sampler and the storage
+        grid = torch.arange(len(storage)).reshape(storage.shape[: storage.ndim])
+        written = move_extend_dim(grid, self.dim_extend)[index].reshape(-1)
+        storage._mark_written()
+        self._sampler.mark_update(storage._unravel(written), storage=storage)
 
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         with self._replay_lock:

@@ -459,6 +459,10 @@ class TensorStorage(Storage):
         per_row = math.prod(self._td.shape[1 : self.ndim])
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
+    def _mark_written(self) -> None:
+        """Count a write made through a view of the content (not through :meth:`set`)."""
+        self._counters_np[1] += 1
+
     def _set_len_along_dim0(self, length: int) -> None:
         """Set the filled length (after content was written directly, e.g. by a checkpointer)."""
         counters = self._counters_np

@@ -257,8 +257,11 @@ def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> 
 
 
 def move_extend_dim(data: Any, dim: int) -> Any:
-    """Move the ``dim_extend`` dim of ``data`` (a tensor, TensorDict or pytree) to the front."""
-    if isinstance(data, TensorDictBase):
+    """Swap the ``dim_extend`` dim of ``data`` (a tensor, TensorDict or pytree) with the first.
+
+    The swap is its own inverse: it also puts the first dim of stored data back in place.
+    """
+    if isinstance(data, TensorDictBase) or is_tensorclass(data):
         shape = data.batch_size
     elif isinstance(data, torch.Tensor):
         shape = data.shape
@@ -269,7 +272,7 @@ def move_extend_dim(data: Any, dim: int) -> Any:
             f"extend writes along dim {dim} (dim_extend): expected data with at least "
             f"{dim + 1} batch dims, got batch size {tuple(shape)}"
         )
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
+    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
         return data.transpose(dim, 0)
     return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
 
