@@ -190,3 +190,11 @@ def test_rl_warnings_environment_switch(monkeypatch):
         assert _utils._env_flag("RL_WARNINGS", True) is expected
     monkeypatch.delenv("RL_WARNINGS")
     assert _utils._env_flag("RL_WARNINGS", True) is True
+
+
+def test_prefetched_buffers_cannot_be_shared():
+    with pytest.raises(ValueError, match="Cannot share prefetched replay buffers.*prefetch=0"):
+        ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1, shared=True)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1)
+    with pytest.raises(ValueError, match="shared=False"):
+        rb.share()

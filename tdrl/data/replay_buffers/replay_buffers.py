@@ -16,7 +16,9 @@ from tensordict import TensorDictBase
 from torch.utils import _pytree
 
 from tdrl._utils import rl_warnings
+from tdrl.data.replay_buffers.buffer_indexing import checked_write_index
 from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequence
+from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if_present
 from tdrl.data.replay_buffers.errors import DataValueError
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import (
@@ -165,8 +167,10 @@ class ReplayBuffer:
         self._batch_size = batch_size
         self.checkpointer = checkpointer
         self._rng = generator
-        self._shared = bool(shared)
         self._initialized = False
+        self._shared = False
+        if shared:
+            self.share(True)
         if delayed_init is None:
             delayed_init = transform_factory is not None
         if not delayed_init:
@@ -249,6 +253,12 @@ class ReplayBuffer:
 
     def share(self, shared: bool = True) -> ReplayBuffer:
         """Place a lazy tensor storage in shared memory when it allocates."""
+        if shared and self._prefetch_cap:
+            raise ValueError(
+                "Cannot share prefetched replay buffers: the prefetch threads and their queue "
+                "live in one process; build the buffer with prefetch=0 to share it, or keep "
+                "shared=False to prefetch"
+            )
         self._shared = bool(shared)
         if not self._initialized:
             return self
@@ -412,7 +422,10 @@ class ReplayBuffer:
         than the capacity are given, the last ones are kept, as successive writes would.
 
         Returns:
-            the indices written to.
+            the indices written to: the rows of a one-dimensional storage; with ``ndim > 1``,
+            the ``[n, ndim]`` coordinates of the ``n`` items written, in the order of the
+            data given (as the ``"index"`` of samples, usable with :meth:`update_priority`,
+            ``rb[index]`` and :meth:`update_if_present`).
         """
         if not self._initialized:
             self._initialize()
@@ -420,60 +433,19 @@ class ReplayBuffer:
         with self._replay_lock:
             index = self._writer.extend(data)
             self._after_write(index)
+        if self._storage.ndim > 1 and isinstance(index, torch.Tensor):
+            return self._item_coordinates(index)
         return index
 
-    def _checked_write_index(self, index: Any) -> Any:
+    def _item_coordinates(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[n, ndim]`` coordinates of the items of the rows written, in the data's order."""
         storage = self._storage
-        length = storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
-        if isinstance(index, (int, np.integer)):
-            if not -length <= index < length:
-                raise IndexError(f"index out of range: expected [-{length}, {length}), got {index}")
-            return int(index) % length
-        if isinstance(index, slice):
-            return slice(*index.indices(length))
-        if not isinstance(index, tuple):
-            index = torch.as_tensor(index)
-            if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
-                # indices as sampling returns them: coordinates ([n, ndim]) when ndim > 1,
-                # expanded over the item dims when items have batch dims of their own
-                item = storage._item_index(index)
-                if item is not None:
-                    index = item
-        if isinstance(index, tuple):
-            if not isinstance(storage, TensorStorage):
-                index = torch.as_tensor(index)
-            elif not storage.initialized:
-                raise IndexError(f"index out of range: the storage is empty, got {index}")
-            else:
-                return self._checked_coordinates(storage._multi_index(index), length)
-        if index.dtype == torch.bool:
-            index = index.nonzero().squeeze(-1)
-        index = index.to(torch.long).reshape(-1)
-        if index.numel() and (int(index.max()) >= length or int(index.min()) < -length):
-            raise IndexError(
-                f"index out of range: expected [-{length}, {length}), got [{int(index.min())}, {int(index.max())}]"
-            )
-        return index.remainder(length) if length else index
-
-    def _checked_coordinates(self, index: tuple, length: int) -> tuple:
-        """Bounds-check the tensor parts of a tuple index (dim 0 against the filled rows)."""
-        sizes = (length, *self._storage._td.shape[1:])
-        out = []
-        for dim, part in enumerate(index):
-            if dim < len(sizes) and isinstance(part, torch.Tensor) and part.dtype != torch.bool:
-                size = sizes[dim]
-                if part.numel():
-                    low, high = int(part.min()), int(part.max())
-                    if low < -size or high >= size:
-                        raise IndexError(
-                            f"index out of range along dim {dim}: expected [-{size}, {size}), "
-                            f"got [{low}, {high}]"
-                        )
-                    part = part.remainder(size)
-            elif dim == 0 and isinstance(part, slice):
-                part = slice(*part.indices(length))
-            out.append(part)
-        return tuple(out)
+        ndim = storage.ndim
+        streams = [torch.arange(size) for size in storage.shape[1:ndim]]
+        coords = torch.stack(torch.meshgrid(rows, *streams, indexing="ij"), -1)
+        if 0 < self.dim_extend < ndim:
+            coords = coords.transpose(0, self.dim_extend)
+        return coords.reshape(-1, ndim)
 
     def __setitem__(self, index: Any, data: Any) -> None:
         """Overwrite stored items in place; the cursor and length do not move.
@@ -490,7 +462,7 @@ class ReplayBuffer:
             if self._in_data_layout(index):
                 self._write_in_data_layout(index, data)
                 return
-            index = self._checked_write_index(index)
+            index = checked_write_index(self._storage, index)
             self._storage.set(index, data, set_cursor=False)
             if isinstance(index, slice):
                 index = torch.arange(index.start, index.stop, index.step)
@@ -570,6 +542,8 @@ class ReplayBuffer:
         with self._replay_lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
+            if self._writer.tracks_generations:
+                info["index_generation"] = self._writer.generations_of(index)
             data = self._gather(index, info)
         if self._transform._transforms:
             data = self._transform(data)
@@ -627,6 +601,52 @@ class ReplayBuffer:
             self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._storage._empty()
+
+    def update_if_present(
+        self,
+        *,
+        index: Any,
+        generation: Any,
+        patch: Any,
+        version_key: Any = None,
+        version: Any = None,
+        require_newer: bool = False,
+    ) -> UpdateResult:
+        """Patch stored items only where they are still there; returns what was written.
+
+        Records are given by their handles: ``index`` (as :meth:`extend` or sampling returns
+        it) and the ``generation`` of each row then (:meth:`Writer.generations_of`, or the
+        ``"index_generation"`` of a sample). Rows rewritten or emptied since are skipped and
+        left untouched. The writer must have been built with ``track_generations=True``.
+
+        Args:
+            index: the records' rows (or ``[n, ndim]`` coordinates).
+            generation: the rows' generations when the handles were taken.
+            patch: new values by key (a dict or TensorDict); each value holds the ``n``
+                records (``[n, *item shape]``, or the shape of the data they came from).
+            version_key: a stored entry holding each record's version. With ``version``, a
+                live record is patched only if ``version`` is newer than the stored one
+                (``require_newer``) or at least as new; the version is written too. Among
+                records aiming at the same row, the highest version wins.
+            version: an int, or one per record.
+            require_newer: reject an equal version.
+
+        Raises:
+            KeyError: a patch key or the version key is not stored.
+            ValueError: a patch value has the wrong shape or dtype, or the version arguments
+                are inconsistent; nothing is written then.
+            RuntimeError: the storage or writer cannot tell whether records are still there.
+        """
+        self._ensure_init()
+        return update_if_present(
+            self,
+            index=index,
+            generation=generation,
+            patch=patch,
+            version_key=version_key,
+            version=version,
+            require_newer=require_newer,
+        )
 
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priority of the items at ``index`` (see :class:`PrioritizedSampler`)."""

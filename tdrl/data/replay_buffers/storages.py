@@ -93,6 +93,9 @@ class TensorStorage(Storage):
         self._td: TensorDictBase | None = None
         self._treespec = None
         self._tc_types: dict[tuple, type] | None = None
+        # per-row write generations (-1: never written), kept once a writer asks for them
+        self._slot_generations: torch.Tensor | None = None
+        self._tracks_generations = False
         if storage is not None:
             self._adopt(storage)
             self._len_np[()] = self._td.shape[0]
@@ -145,6 +148,10 @@ class TensorStorage(Storage):
 
     def _build_plans(self) -> None:
         td = self._td
+        if self._tracks_generations and (
+            self._slot_generations is None or self._slot_generations.numel() != td.shape[0]
+        ):
+            self._allocate_generations()
         self._plan = tensordict_plan(td, td.batch_dims)
         self._keys = keys_of(self._plan)
         self._leaves = [td.get(key) for key in self._keys]
@@ -168,6 +175,29 @@ class TensorStorage(Storage):
         """Move the length and counters to shared memory so other processes see them."""
         self._counters.share_memory_()
         self._bind_counters()
+        if self._slot_generations is not None and self._slot_generations.is_cpu:
+            self._slot_generations.share_memory_()
+
+    # -- write generations -------------------------------------------------------------------------
+    def _enable_generations(self) -> None:
+        """Keep a write generation per row (asked for by writers with ``track_generations``)."""
+        self._tracks_generations = True
+        if self._td is not None and self._slot_generations is None:
+            self._allocate_generations()
+
+    def _allocate_generations(self) -> None:
+        rows = self._td.shape[0]
+        generations = torch.full((rows,), -1, dtype=torch.int64, device=self._td.device)
+        if self._counters.is_shared() and generations.is_cpu:
+            generations.share_memory_()
+        self._slot_generations = generations
+
+    def _advance_generations(self, rows: torch.Tensor) -> None:
+        """Count one write per entry of ``rows`` (repeated rows were written several times)."""
+        generations = self._slot_generations
+        if generations is not None:
+            rows = rows.reshape(-1).to(generations.device, torch.long)
+            generations.index_add_(0, rows, torch.ones_like(rows))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -459,6 +489,16 @@ class TensorStorage(Storage):
         per_row = math.prod(self._td.shape[1 : self.ndim])
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
+    def _leaf(self, key: Any) -> torch.Tensor:
+        """The stored tensor of entry ``key`` (all rows), for writes in place."""
+        value = None
+        if self._td is not None and self._kind == "tensordict":
+            value = self._td.get(key, None)
+        if not isinstance(value, torch.Tensor):
+            keys = [] if self._td is None else list(self._td.keys(True, True))
+            raise KeyError(f"no entry {key!r} in the stored data (stored keys: {keys})")
+        return value
+
     def _mark_written(self) -> None:
         """Count a write made through a view of the content (not through :meth:`set`)."""
         self._counters_np[1] += 1
@@ -597,6 +637,10 @@ class TensorStorage(Storage):
         counters[0] = 0
         counters[1] += 1
         counters[2] = -1
+        generations = self._slot_generations
+        if generations is not None:
+            # handles on emptied rows go stale; rows never written stay at -1
+            generations.add_((generations >= 0).long())
 
     def state_dict(self) -> dict[str, Any]:
         """Content (nested dicts of tensors), length and layout, for ``torch.save``.

@@ -208,5 +208,5 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         if isinstance(data, TensorDictBase) and index.numel():
             priority = data.get(self.priority_key, None)
             if priority is not None:
-                self.update_priority(self._storage._rows_to_flat(index), priority)
+                self.update_priority(index, priority)
         return index
