@@ -198,3 +198,38 @@ def test_prefetched_buffers_cannot_be_shared():
     rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1)
     with pytest.raises(ValueError, match="shared=False"):
         rb.share()
+
+
+def test_reads_are_snapshots():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(TensorDict({"a": torch.zeros(4)}, [4]))
+    everything, first = rb[:], rb[0]
+    everything["a"] += 1
+    first["a"] += 1
+    assert rb[:]["a"].tolist() == [0.0] * 4
+    rb.extend(TensorDict({"a": torch.ones(4)}, [4]))
+    assert everything.shape == (4,)
+
+
+def test_reads_do_not_tear_under_a_concurrent_writer():
+    import threading
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(64))
+    rb.extend(TensorDict({"a": torch.zeros(64), "b": torch.zeros(64)}, [64]))
+    stop = threading.Event()
+
+    def write():
+        value = 1.0
+        while not stop.is_set():
+            rb.extend(TensorDict({"a": torch.full((8,), value), "b": torch.full((8,), value)}, [8]))
+            value += 1.0
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(200):
+            content = rb[:]
+            assert torch.equal(content["a"], content["b"])
+    finally:
+        stop.set()
+        thread.join(timeout=10)

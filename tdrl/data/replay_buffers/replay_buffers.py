@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from tdrl._utils import rl_warnings
@@ -62,6 +62,17 @@ def _component(value: Any, kind: type, name: str) -> Any:
             f"the {name} factory must return a {kind.__name__}, got {type(built).__name__}"
         )
     return built
+
+
+def _copied(data: Any) -> Any:
+    """A copy of views read from a tensor storage (other objects are returned as they are)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
+        return data.clone()
+    if isinstance(data, (list, str)) or data is None:
+        return data
+    return _pytree.tree_map(
+        lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, data
+    )
 
 
 def _pin(data: Any) -> Any:
@@ -483,6 +494,10 @@ class ReplayBuffer:
         items. When such a storage is extended along ``dim_extend > 0`` (``[B, T]`` rollouts
         written along ``T``), other indices address the data in the layout it was given in:
         ``rb[:]`` is ``[B, T]`` and ``rb[0, 3:5]`` is steps 3 and 4 of stream 0.
+
+        What is returned is a copy taken under the buffer's lock: a consistent snapshot even
+        while another thread writes, and changing it does not change the buffer (write
+        with ``rb[index] = data``).
         """
         self._ensure_init()
         if isinstance(index, str) or (
@@ -493,10 +508,13 @@ class ReplayBuffer:
                 return self[:]
             key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
             return self[:][key]
-        if self._in_data_layout(index):
-            data = self._data_layout_view()[index]
-            return self._transform(data) if len(self._transform) else data
-        data = self._storage.get(index)
+        with self._replay_lock:
+            if self._in_data_layout(index):
+                data = _copied(self._data_layout_view()[index])
+            else:
+                data = self._storage.get(index)
+                if isinstance(index, (int, np.integer, slice, range, tuple)):
+                    data = _copied(data)
         if not isinstance(index, (int, np.integer)):
             data = self._collate_fn(data)
         if len(self._transform):
