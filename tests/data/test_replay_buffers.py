@@ -87,6 +87,20 @@ def test_pytree_leaves_must_share_leading_dim():
         rb.extend({"a": torch.zeros(3), "b": torch.zeros(4)})
 
 
+def test_pytree_items_read_and_written_by_index():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend({"a": torch.arange(5), "b": (torch.zeros(5, 2),)})
+    part = rb[1:3]
+    assert torch.equal(part["a"], torch.tensor([1, 2])) and part["b"][0].shape == (2, 2)
+    part["a"].fill_(-1)  # a copy: the buffer is unchanged
+    assert torch.equal(rb[:]["a"], torch.arange(5))
+    rb[1:3] = {"a": torch.tensor([7, 8]), "b": (torch.ones(2, 2),)}
+    assert torch.equal(rb[:]["a"], torch.tensor([0, 7, 8, 3, 4]))
+    assert torch.equal(rb[:]["b"][0][:, 0], torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="structure mismatch"):
+        rb[0] = {"a": torch.tensor(1)}
+
+
 def test_list_is_many_items_tuple_is_one_pytree():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend([torch.zeros(2), torch.ones(2)])

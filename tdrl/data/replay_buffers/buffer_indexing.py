@@ -1,4 +1,4 @@
-"""Index checks for writes through a replay buffer (``rb[index] = data``)."""
+"""Indexing through a replay buffer: ``rb[index]`` reads and index checks for ``rb[index] = data``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase, is_tensorclass
+from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.storages import TensorStorage
 
-__all__ = ["checked_coordinates", "checked_write_index"]
+__all__ = ["assign_data", "checked_coordinates", "checked_write_index", "index_data"]
 
 
 def checked_write_index(storage: Any, index: Any) -> Any:
@@ -73,3 +75,33 @@ def checked_coordinates(storage: Any, index: tuple, length: int) -> tuple:
             part = slice(*part.indices(length))
         out.append(part)
     return tuple(out)
+
+
+def _is_collection(data: Any) -> bool:
+    return isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data)
+
+
+def index_data(data: Any, index: Any) -> Any:
+    """``data[index]`` for tensors, TensorDicts and tensorclasses; leaf by leaf for pytrees."""
+    if _is_collection(data):
+        return data[index]
+    return _pytree.tree_map(lambda leaf: leaf[index], data)
+
+
+def assign_data(view: Any, index: Any, data: Any) -> None:
+    """``view[index] = data``; leaf by leaf for pytrees, whose structures must match.
+
+    Raises:
+        ValueError: ``data`` is a pytree of another structure than ``view``.
+    """
+    if _is_collection(view):
+        view[index] = data
+        return
+    leaves, spec = _pytree.tree_flatten(view)
+    values, value_spec = _pytree.tree_flatten(data)
+    if value_spec != spec:
+        raise ValueError(
+            f"data structure mismatch: expected a pytree like {spec}, got {value_spec}"
+        )
+    for leaf, value in zip(leaves, values):
+        leaf[index] = value

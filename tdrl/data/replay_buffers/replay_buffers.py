@@ -16,7 +16,7 @@ from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from tdrl._utils import rl_warnings
-from tdrl.data.replay_buffers.buffer_indexing import checked_write_index
+from tdrl.data.replay_buffers.buffer_indexing import assign_data, checked_write_index, index_data
 from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequence
 from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if_present
 from tdrl.data.replay_buffers.errors import DataValueError
@@ -510,7 +510,7 @@ class ReplayBuffer:
             return self[:][key]
         with self._replay_lock:
             if self._in_data_layout(index):
-                data = _copied(self._data_layout_view()[index])
+                data = _copied(index_data(self._data_layout_view(), index))
             else:
                 data = self._storage.get(index)
                 if isinstance(index, (int, np.integer, slice, range, tuple)):
@@ -544,8 +544,8 @@ class ReplayBuffer:
         storage = self._storage
         view = self._data_layout_view()
         try:
-            view[index] = data
-        except RuntimeError as err:
+            assign_data(view, index, data)
+        except (RuntimeError, ValueError) as err:
             raise ValueError(
                 f"cannot write data of shape {tuple(getattr(data, 'shape', ()))} at {index!r} of "
                 f"the stored data, of shape {tuple(view.shape)}: {err}"
