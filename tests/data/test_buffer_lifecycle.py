@@ -174,22 +174,12 @@ def test_add_warns_for_a_batch_of_one():
 def test_add_warning_can_be_switched_off(monkeypatch):
     from tdrl import _utils
 
-    monkeypatch.setattr(_utils, "RL_WARNINGS", False)
+    monkeypatch.setenv("RL_WARNINGS", "0")
     assert not _utils.rl_warnings()
     rb = ReplayBuffer(storage=ListStorage(10))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rb.add(TensorDict(batch_size=[1]))
-
-
-def test_rl_warnings_environment_switch(monkeypatch):
-    from tdrl import _utils
-
-    for value, expected in (("0", False), ("false", False), ("1", True), ("yes", True)):
-        monkeypatch.setenv("RL_WARNINGS", value)
-        assert _utils._env_flag("RL_WARNINGS", True) is expected
-    monkeypatch.delenv("RL_WARNINGS")
-    assert _utils._env_flag("RL_WARNINGS", True) is True
 
 
 def test_prefetched_buffers_cannot_be_shared():
