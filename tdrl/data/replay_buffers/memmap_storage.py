@@ -80,16 +80,18 @@ class LazyMemmapStorage(LazyTensorStorage):
     def _storage_device(self) -> torch.device:
         return torch.device("cpu")
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
-        folder = self.scratch_dir
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        folder = self._folder if first else None
         if folder is None:
-            folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
-        os.makedirs(folder, exist_ok=True)
-        self._folder = folder
-        if self._auto_cleanup:
-            self._finalizer = weakref.finalize(self, _remove_dir, folder, os.getpid())
+            folder = self.scratch_dir
+            if folder is None:
+                folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
+            os.makedirs(folder, exist_ok=True)
+            self._folder = folder
+            if self._auto_cleanup:
+                self._finalizer = weakref.finalize(self, _remove_dir, folder, os.getpid())
         tensors = []
-        for position, (_, shape, dtype) in enumerate(template):
+        for position, (_, shape, dtype) in enumerate(template, start=first):
             filename = os.path.join(folder, f"leaf_{position}.memmap")
             tensors.append(
                 MemoryMappedTensor.empty(

@@ -20,6 +20,7 @@ from tdrl.data.replay_buffers.buffer_indexing import assign_data, checked_write_
 from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequence
 from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if_present
 from tdrl.data.replay_buffers.errors import DataValueError
+from tdrl.data.replay_buffers.in_place import InPlaceAccess
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import (
     LazyStackStorage,
@@ -83,7 +84,7 @@ def _pin(data: Any) -> Any:
     )
 
 
-class ReplayBuffer:
+class ReplayBuffer(InPlaceAccess):
     """A replay buffer: writes go through a writer into a storage, reads through a sampler.
 
     The storage, sampler and writer may be given as instances or as factories (callables
@@ -542,6 +543,8 @@ class ReplayBuffer:
 
     def _write_in_data_layout(self, index: Any, data: Any) -> None:
         storage = self._storage
+        if isinstance(storage, TensorStorage) and isinstance(data, TensorDictBase):
+            storage.add_entries(data)  # keys the stored data lacks, before taking the view
         view = self._data_layout_view()
         try:
             assign_data(view, index, data)

@@ -252,7 +252,13 @@ class TensorStorage(Storage):
                         f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
                     )
             leaves: list[torch.Tensor] = []
-            collect_leaves(data, self._plan, (), leaves)
+            try:
+                collect_leaves(data, self._plan, (), leaves)
+            except ValueError:
+                if not self.add_entries(data):
+                    raise
+                leaves = []
+                collect_leaves(data, self._plan, (), leaves)
             return leaves
         if self._kind == "tensor":
             if not isinstance(data, torch.Tensor):
@@ -346,10 +352,60 @@ class TensorStorage(Storage):
     def _storage_device(self) -> torch.device | None:
         return self.device
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
-        raise RuntimeError(
-            f"{type(self).__name__} was not given a storage; use LazyTensorStorage to allocate lazily"
-        )
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        """Tensors for ``template`` entries ``(key, shape, dtype)``, the first being leaf ``first``."""
+        if self._td is None:
+            raise RuntimeError(
+                f"{type(self).__name__} was not given a storage; use LazyTensorStorage to "
+                "allocate lazily"
+            )
+        return [
+            torch.empty(shape, dtype=dtype, device=self._td.device) for _, shape, dtype in template
+        ]
+
+    def add_entries(self, data: TensorDictBase) -> bool:
+        """Allocate, zero-filled, the entries of ``data`` that the stored TensorDicts lack.
+
+        A write may then bring keys the first data written did not have; the rows not
+        written to hold zeros in them. The dims of ``data``'s entries past its batch dims
+        are those of one stored value. In a storage shared with other processes, the new
+        entries exist in this process only.
+
+        Args:
+            data: a TensorDict whose batch dims cover the stored items' batch dims.
+
+        Returns:
+            whether entries were added.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> storage = LazyTensorStorage(4)
+            >>> storage.set(range(2), TensorDict({"a": torch.ones(2)}, [2]))
+            >>> storage.set(range(2), TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]))
+            >>> storage.get(slice(None))["b"].shape
+            torch.Size([2, 3])
+        """
+        if self._td is None or self._kind != "tensordict" or not isinstance(data, TensorDictBase):
+            return False
+        stored = set(self._keys)
+        template = []
+        for key in data.keys(include_nested=True, leaves_only=True):
+            key = _as_tuple(key)
+            if key in stored or any(key[:i] in stored for i in range(1, len(key))):
+                continue
+            value = data.get(key)
+            if not isinstance(value, torch.Tensor) or value.ndim < data.batch_dims:
+                continue
+            shape = (*self._td.shape, *value.shape[data.batch_dims :])
+            template.append((key, shape, value.dtype))
+        if not template:
+            return False
+        for (key, _, _), tensor in zip(template, self._allocate(template, first=len(self._keys))):
+            tensor.zero_()
+            self._td.set(key, tensor)
+        self._build_plans()
+        return True
 
     # -- writing -------------------------------------------------------------------------------
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
@@ -736,7 +792,7 @@ class LazyTensorStorage(TensorStorage):
         if self._shared_init:
             self._share_len()
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
         if self._shared_init and self.device is not None and self.device.type != "cpu":
             warnings.warn(
                 f"{type(self).__name__}: shared_init allocates in shared (CPU) memory; the "
