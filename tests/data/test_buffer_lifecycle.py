@@ -155,7 +155,10 @@ def test_batch_size_errors():
     assert isinstance(err.value, RuntimeError)
     with pytest.raises(RuntimeError, match="batch_size not specified"):
         rb.sample()
-    with pytest.raises(ValueError, match="drop_last=True need a batch_size"):
+    with pytest.raises(
+        ValueError,
+        match="drop_last=True must work with a predictable batch-size.*got batch_size=None",
+    ):
         ReplayBuffer(storage=ListStorage(10), sampler=SamplerWithoutReplacement(drop_last=True))
 
 

@@ -162,8 +162,9 @@ class ReplayBuffer(InPlaceAccess):
             raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
         if batch_size is None and getattr(sampler, "drop_last", False):
             raise ValueError(
-                "Samplers with drop_last=True need a batch_size set at construction: the "
-                "incomplete last batch of an epoch is measured against it"
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size to the buffer (the incomplete last batch of an epoch is measured "
+                "against it), got batch_size=None"
             )
         self._init_storage = storage
         self._init_sampler = sampler
