@@ -294,9 +294,10 @@ class SliceSampler(Sampler):
         td = _stored_td(storage)
         if td is None:
             raise DataTypeError(
-                f"{type(self).__name__} reads trajectory ids or end flags from a TensorStorage "
-                f"holding TensorDicts, got {type(storage).__name__}; pass ends= or "
-                "trajectories= instead"
+                "Could not get a tensordict out of the storage, which is required for "
+                f"{type(self).__name__} to compute the trajectories. It reads trajectory ids "
+                f"or end flags from a TensorStorage holding TensorDicts, got "
+                f"{type(storage).__name__}; pass ends= or trajectories= instead"
             )
         ndim = getattr(storage, "ndim", 1)
         mode, keys = self._resolve_keys(td)
