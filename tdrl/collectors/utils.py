@@ -71,11 +71,12 @@ def split_trajectories(
         trajectory_key: the full key of the trajectory ids (overrides ``prefix``); the mask is
             written next to it.
         done_key: the done entry under ``"next"`` used when no ids are present (``"done"``).
-        as_nested: return a lazy stack of the unpadded trajectories instead of a padded
-            tensordict (rows of different lengths, no padding).
+        as_nested: return the unpadded trajectories as a tensordict of jagged nested
+            tensors, batch size ``[n_traj, -1]`` (its ``to_padded_tensor(mask_key=...)`` gives
+            the padded result back).
 
     Returns:
-        the padded tensordict ``[n_traj, max_len]`` (or the lazy stack with ``as_nested``).
+        the padded tensordict ``[n_traj, max_len]`` (or the nested one with ``as_nested``).
 
     Examples:
         >>> import torch
@@ -136,7 +137,8 @@ def split_trajectories(
     position = torch.arange(count, device=ids.device) - starts[segment]
     if as_nested:
         flat.set(mask_key, torch.ones(count, dtype=torch.bool, device=ids.device))
-        return LazyStackedTensorDict.lazy_stack(list(flat.split(lengths.tolist(), 0)), 0)
+        rows = LazyStackedTensorDict.lazy_stack(list(flat.split(lengths.tolist(), 0)), 0)
+        return rows.densify(layout=torch.jagged)
     n_traj, max_len = starts.numel(), int(lengths.max())
     out = flat.apply(
         lambda value: value.new_zeros((n_traj, max_len, *value.shape[1:])),

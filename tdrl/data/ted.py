@@ -24,9 +24,18 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Flat2TED", "H5Combine", "H5Split", "Nested2TED", "TED2Flat", "TED2Nested"]
+__all__ = [
+    "DEFAULT_DONE_KEYS",
+    "Flat2TED",
+    "H5Combine",
+    "H5Split",
+    "Nested2TED",
+    "TED2Flat",
+    "TED2Nested",
+]
 
-_DEFAULT_DONE_KEYS = ("done", "truncated", "terminated")
+#: The flags that end a trajectory in TED data (under ``"next"``).
+DEFAULT_DONE_KEYS: tuple[str, ...] = ("done", "truncated", "terminated")
 _DEFAULT_REWARD_KEYS = ("reward",)
 
 
@@ -40,7 +49,7 @@ def _leaf_keys(td: TensorDictBase) -> list[tuple]:
 
 def duplicated_keys(
     td: TensorDictBase,
-    done_keys: tuple = _DEFAULT_DONE_KEYS,
+    done_keys: tuple = DEFAULT_DONE_KEYS,
     reward_keys: tuple = _DEFAULT_REWARD_KEYS,
 ) -> list[tuple]:
     """Keys stored both at the root and under ``"next"`` (observations, states, done flags).
@@ -100,13 +109,13 @@ class _TEDConverter:
         done_key: Any = ("next", "done"),
         shift_key: str = "shift",
         is_full_key: str = "is_full",
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
+        done_keys: tuple = DEFAULT_DONE_KEYS,
         reward_keys: tuple = _DEFAULT_REWARD_KEYS,
     ) -> None:
         self.done_key = done_key
         self.shift_key = shift_key
         self.is_full_key = is_full_key
-        self.done_keys = tuple(done_keys)
+        self.done_keys = set(done_keys)
         self.reward_keys = tuple(reward_keys)
 
 
@@ -312,7 +321,7 @@ class H5Split:
         self,
         h5_kwargs: dict | None = None,
         done_key: Any = ("next", "done"),
-        done_keys: tuple = _DEFAULT_DONE_KEYS,
+        done_keys: tuple = DEFAULT_DONE_KEYS,
         reward_keys: tuple = _DEFAULT_REWARD_KEYS,
     ) -> None:
         self.h5_kwargs = {"compression": "gzip"} if h5_kwargs is None else dict(h5_kwargs)

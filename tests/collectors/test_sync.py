@@ -405,7 +405,9 @@ def test_data_docs_collector_into_slice_sampler_serial_env():
         if i == 100:
             break
     assert len(rb) == 100, len(rb)
-    stored = rb[:]
+    # rb[:] reads the data as extended ([envs, time]); the storage rows are time
+    assert rb[:].batch_size == (2, 50)
+    stored = rb.storage[:]
     assert stored.batch_size == (50, 2)
     ids = stored["collector", "traj_ids"]
     assert not set(ids[:, 0].tolist()) & set(ids[:, 1].tolist())

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict
+from tensordict import TensorDict
 
 from tdrl.collectors import split_trajectories
 
@@ -85,9 +85,13 @@ def test_split_with_prefix_trajectory_key_and_done_key():
 
 
 def test_split_as_nested_keeps_lengths():
-    out = split_trajectories(_data_with_ids([0, 0, 0, 1], [4]), as_nested=True)
-    assert isinstance(out, LazyStackedTensorDict)
-    assert [td.batch_size[0] for td in out.tensordicts] == [3, 1]
+    data = _data_with_ids([0, 0, 0, 1], [4])
+    out = split_trajectories(data, as_nested=True)
+    assert out.batch_size == (2, -1)
+    assert out["collector", "traj_ids"].is_nested
+    assert [len(row) for row in out["collector", "traj_ids"].unbind(0)] == [3, 1]
+    padded = out.to_padded_tensor(mask_key=("collector", "mask"))
+    assert (padded == split_trajectories(data)).all()
 
 
 def test_split_errors():

@@ -353,7 +353,7 @@ def test_structure_mismatch_on_allocated_storage(tmp_path):
 
 
 def test_buffer_checkpointer_argument_and_slice_sampler_state(tmp_path):
-    from tdrl.data.replay_buffers.slice_samplers import PrioritizedSliceSampler
+    from tdrl.data.replay_buffers.samplers import PrioritizedSliceSampler
 
     def make():
         return TensorDictReplayBuffer(

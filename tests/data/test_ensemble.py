@@ -11,6 +11,7 @@ from tdrl.data.replay_buffers import (
     LazyMemmapStorage,
     LazyTensorStorage,
     RandomSampler,
+    ReplayBuffer,
     RoundRobinWriter,
     TensorDictReplayBuffer,
 )
@@ -182,3 +183,17 @@ def test_sub_buffers_of_trajectory_items():
     assert sample.batch_size == (2, 3, 5)
     assert sample["index"].shape == sample["buffer_ids"].shape == (2, 3, 5)
     assert torch.equal(sample["x"], sample["buffer_ids"].float())
+
+
+def test_buffer_ids_under_index_for_plain_sub_buffers():
+    rbs = []
+    for value in range(3):
+        rb = ReplayBuffer(storage=LazyTensorStorage(20))
+        rb.extend(TensorDict({"x": torch.full((20,), value)}, [20]))
+        rbs.append(rb)
+    ensemble = ReplayBufferEnsemble(*rbs, p=[0.0, 0.5, 0.5], num_buffer_sampled=4, batch_size=8)
+    for batch in (next(iter(ensemble)), ensemble.sample()):
+        ids = batch.get(("index", "buffer_ids"))
+        assert ids.shape == (4, 2)
+        assert torch.equal(ids, batch["x"])
+        assert 0 not in ids.unique().tolist()

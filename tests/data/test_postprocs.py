@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.data.postprocs import MultiStep
+from tdrl.data.postprocs import DensifyReward, MultiStep
 
 
 def rollout(rewards, dones, batch=()):
@@ -82,3 +82,69 @@ def test_bad_arguments():
         MultiStep(0.9, 2)(TensorDict({"next": {"reward": torch.zeros(3, 1)}}, [3]))
     with pytest.raises(TypeError, match="expects a TensorDict"):
         MultiStep(0.9, 2)(torch.zeros(3))
+
+
+def test_gamma_and_nonterminal_entries():
+    dones = [False, False, True, False, False]
+    data = rollout([1.0] * 5, dones)
+    # step 3 is truncated, not terminated: the bootstrap value is kept there
+    data["next", "done"][3] = True
+    out = MultiStep(gamma=0.5, n_steps=2)(data)
+    steps = out["steps_to_next_obs"]
+    assert torch.allclose(out["gamma"], 0.5**steps)
+    assert out["nonterminal"].shape == (5,)
+    assert out["nonterminal"].tolist() == [True, False, False, True, True]
+
+
+def test_input_is_left_unchanged():
+    data = rollout([1.0, 2.0, 3.0], [False, False, False])
+    before = data.clone()
+    out = MultiStep(gamma=0.9, n_steps=2)(data)
+    assert (data == before).all()
+    assert set(data.keys()) == set(before.keys())
+    assert not torch.equal(out["next", "obs"], data["next", "obs"])
+    # unchanged entries are shared, not copied
+    assert out["obs"].data_ptr() == data["obs"].data_ptr()
+
+
+def test_collector_mask_used_by_default():
+    data = rollout([1.0] * 4, [False] * 4)
+    data["collector", "mask"] = torch.tensor([True, True, False, False])
+    out = MultiStep(gamma=1.0, n_steps=3)(data)
+    assert out["steps_to_next_obs"].squeeze(-1).tolist()[:2] == [2, 1]
+    assert out["nonterminal"].tolist() == [True, True, False, False]
+
+
+def test_explicit_mask_key_must_exist():
+    with pytest.raises(KeyError, match="my_mask"):
+        MultiStep(gamma=0.9, n_steps=2, mask_key="my_mask")(rollout([1.0] * 3, [False] * 3))
+
+
+def test_reference_module_path():
+    from tdrl.data.postprocs import postprocs
+
+    assert postprocs.MultiStep is MultiStep
+    assert postprocs.DensifyReward is DensifyReward
+
+
+def test_densify_reward_spreads_final_reward():
+    done = torch.tensor([0, 0, 1, 0, 1, 0], dtype=torch.bool).reshape(1, 6, 1).expand(2, 6, 1)
+    reward = torch.tensor([0.0, 0.0, 3.0, 0.0, 7.0, 2.0]).reshape(1, 6, 1).expand(2, 6, 1)
+    data = TensorDict({"next": {"reward": reward.clone(), "done": done.clone()}}, [2, 6])
+    out = DensifyReward()(data)
+    assert out is data
+    expected = [3.0, 3.0, 3.0, 7.0, 7.0, 2.0]
+    assert out["next", "reward"].squeeze(-1).tolist() == [expected, expected]
+
+
+def test_densify_reward_to_another_key_and_errors():
+    data = TensorDict(
+        {"next": {"r": torch.tensor([0.0, 5.0]), "done": torch.tensor([False, True])}}, [2]
+    )
+    DensifyReward(reward_key="r", reward_key_out="dense")(data)
+    assert data["next", "dense"].tolist() == [5.0, 5.0]
+    assert data["next", "r"].tolist() == [0.0, 5.0]
+    with pytest.raises(KeyError, match="reward"):
+        DensifyReward()(data)
+    with pytest.raises(TypeError, match="TensorDict"):
+        DensifyReward()({"next": {}})

@@ -52,7 +52,8 @@ def test_seed_tensor_storage_example():
     rb = ReplayBuffer(storage=TensorStorage(container))
     img = torch.randint(255, (3, 8, 8), dtype=torch.uint8)
     rb.add(img)
-    assert len(rb) == 1
+    # a storage built on a container holds all its rows; the writer overwrites from row 0
+    assert len(rb) == 10 and rb.writer._cursor == 1
     assert torch.equal(container[0], img)
     assert torch.equal(rb[0], img)
 
@@ -84,6 +85,20 @@ def test_pytree_leaves_must_share_leading_dim():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     with pytest.raises(ValueError, match="leading dimension"):
         rb.extend({"a": torch.zeros(3), "b": torch.zeros(4)})
+
+
+def test_pytree_items_read_and_written_by_index():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend({"a": torch.arange(5), "b": (torch.zeros(5, 2),)})
+    part = rb[1:3]
+    assert torch.equal(part["a"], torch.tensor([1, 2])) and part["b"][0].shape == (2, 2)
+    part["a"].fill_(-1)  # a copy: the buffer is unchanged
+    assert torch.equal(rb[:]["a"], torch.arange(5))
+    rb[1:3] = {"a": torch.tensor([7, 8]), "b": (torch.ones(2, 2),)}
+    assert torch.equal(rb[:]["a"], torch.tensor([0, 7, 8, 3, 4]))
+    assert torch.equal(rb[:]["b"][0][:, 0], torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="structure mismatch"):
+        rb[0] = {"a": torch.tensor(1)}
 
 
 def test_list_is_many_items_tuple_is_one_pytree():
@@ -199,15 +214,16 @@ def test_structure_mismatch_names_key():
         rb.extend(bad)
     extra = _td(2)
     extra["other"] = torch.zeros(2)
-    with pytest.raises(ValueError, match="other"):
-        rb.extend(extra)
+    rb.extend(extra)  # a new key joins the stored structure (test_in_place.py)
+    assert rb[:]["other"].shape == (5,)
     wrong_shape = _td(2)
+    wrong_shape["other"] = torch.zeros(2)
     wrong_shape["obs"] = torch.zeros(2, 4)
     with pytest.raises(ValueError, match=r"'obs'.*expected shape \(2, 3\), got \(2, 4\)"):
         rb.extend(wrong_shape)
     with pytest.raises(TypeError, match="TensorDict"):
         rb.extend(torch.zeros(3))
-    assert len(rb) == 3
+    assert len(rb) == 5  # the failed writes wrote nothing
 
 
 def test_iter_without_replacement_is_finite():
@@ -359,9 +375,11 @@ def test_ndim_storage_and_dim_extend():
         rb.extend(data)
     assert len(rb) == 100
     stored = rb[:]
-    assert stored.batch_size == (50, 2)
-    assert stored["env"][0].tolist() == [0, 1]
-    assert stored["step"][0].tolist() == [50, 50]
+    # read back in the layout extend received: [envs, time] (storage rows are time)
+    assert stored.batch_size == (2, 50)
+    assert stored["env"][:, 0].tolist() == [0, 1]
+    assert stored["step"][:, 0].tolist() == [50, 50]
+    assert rb.storage[:].batch_size == (50, 2)
     sample = rb.sample()
     assert sample.batch_size == (16,)
     assert sample["index"].shape == (16, 2)
@@ -511,7 +529,7 @@ def test_ndim2_write_back_at_sampled_indices(form):
     sample["a"] = coords[:, 0] * 10.0 + coords[:, 1] + 1
     index = tuple(coords.unbind(-1)) if form == "tuple" else coords
     rb[index] = sample.exclude("index")
-    stored = rb[:]
+    stored = rb.storage[:]
     expected = torch.zeros(5, 2)
     expected[coords[:, 0], coords[:, 1]] = coords[:, 0] * 10.0 + coords[:, 1] + 1
     assert torch.equal(stored["a"], expected)
@@ -568,3 +586,50 @@ def test_random_crop_on_stored_trajectories():
     assert sample.batch_size == (16, 10)
     assert sample["obs"].shape == (16, 10, 1)
     assert (sample["obs"][:, 1:] == sample["next", "obs"][:, :-1]).all()
+
+
+def test_ndim2_reads_back_in_the_layout_extended():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2))
+    data = TensorDict({"x": torch.arange(20).reshape(2, 10)}, [2, 10])
+    rb.extend(data)
+    assert rb[:].batch_size == (2, 10)
+    assert torch.equal(rb[:]["x"], data["x"])
+    assert torch.equal(rb["x"], data["x"])
+    assert rb[1]["x"].tolist() == list(range(10, 20))
+    assert rb[0, 3:5]["x"].tolist() == [3, 4]
+    # the storage itself keeps time along its rows
+    assert rb.storage[:].batch_size == (10, 2)
+    tensors = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2))
+    tensors.extend(torch.arange(20).reshape(2, 10))
+    assert torch.equal(tensors[:], torch.arange(20).reshape(2, 10))
+
+
+def test_ndim2_in_place_writes_in_the_layout_extended():
+    rb = ReplayBuffer(storage=LazyTensorStorage(102, ndim=2))
+    rb.extend(TensorDict({"a": torch.arange(50).expand(2, 50).clone()}, [2, 50]))
+    revision = rb.storage._mutation_revision
+    rb[0, 3:4] = TensorDict({"a": torch.tensor([0])}, [1])
+    assert rb[0, 3:4]["a"].tolist() == [0] and rb[1, 3:4]["a"].tolist() == [3]
+    # broadcast over the streams
+    rb[:, 10:20] = TensorDict({"a": torch.zeros(10, dtype=torch.long)}, [10])
+    assert (rb[:, 10:20]["a"] == 0).all() and rb[:, 20]["a"].tolist() == [20, 20]
+    assert len(rb) == 100 and rb.writer._cursor == 50
+    assert rb.storage._mutation_revision == revision + 2
+    with pytest.raises(ValueError, match="cannot write data of shape \\(3,\\)"):
+        rb[:, 0:2] = TensorDict({"a": torch.zeros(3, dtype=torch.long)}, [3])
+
+
+def test_ndim2_in_place_write_resets_priorities_of_the_items_written():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(20, ndim=2),
+        sampler=PrioritizedSampler(20, alpha=1.0, beta=1.0),
+    )
+    rb.extend(torch.zeros(2, 10))
+    rb.update_priority(torch.arange(20), torch.arange(1.0, 21.0))
+    rb[1, 4] = torch.tensor(1.0)
+    leaves = rb.sampler._tree.leaves()
+    # stream 1 at time 4 is storage row 4, column 1: flat index 9, which gets the default
+    # (largest) priority; the others keep theirs
+    assert leaves[9] == pytest.approx(20.0)
+    others = torch.arange(20) != 9
+    assert torch.allclose(leaves[others], torch.arange(1.0, 21.0, dtype=torch.float64)[others])

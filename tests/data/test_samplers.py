@@ -39,12 +39,52 @@ def test_without_replacement_epochs_and_shuffle():
     assert sorted(seen.tolist()) == list(range(10))
 
 
-def test_without_replacement_restarts_when_storage_grows():
+def test_without_replacement_items_written_during_an_epoch_join_it():
     storage = _filled(4, capacity=10)
     sampler = SamplerWithoutReplacement(shuffle=False)
-    sampler.sample(storage, 2)
+    assert sampler.sample(storage, 2)[0].tolist() == [0, 1]
     storage.set(slice(4, 6), torch.tensor([4, 5]))
-    assert sampler.sample(storage, 6)[0].tolist() == [0, 1, 2, 3, 4, 5]
+    assert sampler.sample(storage, 6)[0].tolist() == [2, 3, 4, 5]
+    assert sampler.ran_out
+    # the next epoch is drawn at once, over every stored item
+    assert sampler._sample_list.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_without_replacement_restarts_when_storage_shrinks():
+    storage = _filled(6, capacity=10)
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    sampler.sample(storage, 2)
+    storage._empty()
+    storage.set(slice(0, 3), torch.tensor([7, 8, 9]))
+    assert sampler.sample(storage, 5)[0].tolist() == [0, 1, 2]
+
+
+def test_without_replacement_epochs_never_leave_an_empty_list():
+    storage = _filled(10)
+    for drop_last in (False, True):
+        sampler = SamplerWithoutReplacement(drop_last=drop_last)
+        sizes = [sampler.sample(storage, 4)[0].numel() for _ in range(6)]
+        assert sizes == ([4, 4, 2] * 2 if not drop_last else [4] * 6)
+        assert sampler._sample_list.numel() > 0
+
+
+def test_without_replacement_state_dict_copies():
+    storage = _filled(10)
+    sampler = SamplerWithoutReplacement()
+    sampler.sample(storage, 4)
+    state = sampler.state_dict()
+    other = SamplerWithoutReplacement()
+    other.load_state_dict(state)
+    before = other._sample_list.clone()
+    state["_sample_list"].fill_(-1)
+    assert torch.equal(other._sample_list, before) and other.len_storage == 10
+
+
+def test_without_replacement_batch_larger_than_storage_with_drop_last():
+    with pytest.raises(
+        ValueError, match="The batch size \\(4\\) is greater than the storage capacity"
+    ):
+        SamplerWithoutReplacement(drop_last=True).sample(_filled(3), 4)
 
 
 def test_without_replacement_drop_last_too_few_items():

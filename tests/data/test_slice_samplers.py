@@ -12,7 +12,7 @@ from tdrl.data.replay_buffers import (
     ReplayBuffer,
     TensorDictReplayBuffer,
 )
-from tdrl.data.replay_buffers.slice_samplers import (
+from tdrl.data.replay_buffers.samplers import (
     PrioritizedSliceSampler,
     SliceSampler,
     SliceSamplerWithoutReplacement,
@@ -203,7 +203,8 @@ def test_pad_output_keeps_batch_size_and_masks():
     rb.extend(episodes([2, 3]))
     sample, info = rb.sample(return_info=True)
     assert sample.shape == (24,)
-    mask = info["mask"].reshape(4, 6)
+    mask = info[("collector", "mask")].reshape(4, 6)
+    assert sample["collector", "mask"].shape == (24,)
     assert mask[:, 0].all() and not mask[:, 3:].any()
     steps = sample["t"].reshape(4, 6)
     assert (steps.diff(dim=1)[mask[:, 1:]] == 1).all()
@@ -318,8 +319,10 @@ def test_bad_arguments_and_missing_keys():
         SliceSampler(num_slices=2, slice_len=3)
     with pytest.raises(ValueError, match="exactly one of num_slices and slice_len"):
         SliceSampler()
-    with pytest.raises(ValueError, match="at most one of end_key and traj_key"):
-        SliceSampler(num_slices=2, end_key="done", traj_key="ep")
+    with pytest.raises(ValueError, match="end_key and end_keys are exclusive"):
+        SliceSampler(num_slices=2, end_key="done", end_keys=["done", "truncated"])
+    with pytest.raises(ValueError, match="pad_output=True is incompatible with strict_length"):
+        SliceSampler(num_slices=2, pad_output=True)
     with pytest.raises(ValueError, match="span"):
         SliceSampler(num_slices=2, span=(True, True, True))
     rb = ReplayBuffer(
@@ -330,11 +333,13 @@ def test_bad_arguments_and_missing_keys():
     rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
     with pytest.raises(ValueError, match="multiple of num_slices=3, got 10"):
         rb.sample()
-    with pytest.raises(KeyError, match="expected key 'ep'.*got keys \\['x'\\]"):
+    with pytest.raises(KeyError, match="expected one of the keys \\['ep'\\].*got keys \\['x'\\]"):
         rb.sample(9)
     list_rb = ReplayBuffer(sampler=SliceSampler(num_slices=1), batch_size=2)
     list_rb.extend([1, 2])
-    with pytest.raises(TypeError, match="TensorStorage holding TensorDicts"):
+    with pytest.raises(
+        TypeError, match="Could not get a tensordict out of the storage.*TensorStorage holding"
+    ):
         list_rb.sample()
 
 
@@ -362,7 +367,10 @@ def test_without_replacement_drop_last_and_state():
     state = sampler.state_dict()
     other = SliceSamplerWithoutReplacement(num_slices=2, traj_key="episode", drop_last=True)
     other.load_state_dict(state)
-    assert torch.equal(other._order, sampler._order) and other._position == 2
+    # the epoch ran out (one trajectory left, too few for a batch of 2 with drop_last) and
+    # the next one was drawn: the restored sampler continues with it
+    assert other._sample_list.tolist() == sampler._sample_list.tolist() == [0, 1, 2]
+    assert other.ran_out and other.len_storage == 3
 
 
 def test_prioritized_slice_sampler_follows_priorities():
@@ -456,7 +464,8 @@ def test_docs_example_batched_env_collector():
             break
     assert len(rb) == 100, len(rb)
     counts = rb[:]["next", "step_count"].squeeze()
-    assert counts.shape == (50, 2)
+    # read back as extended: [envs, time]
+    assert counts.shape == (2, 50)
     sample, info = rb.sample(return_info=True)
     rows, cols = info["index"]
     traj = sample["collector", "traj_ids"]
@@ -503,7 +512,7 @@ def test_docs_examples_with_real_collectors():
         if i == 100:
             break
     assert len(rb) == 100
-    assert rb[:]["next", "step_count"].squeeze().shape == (50, 2)
+    assert rb[:]["next", "step_count"].squeeze().shape == (2, 50)
     assert rb.sample().shape[0] <= 64
 
 

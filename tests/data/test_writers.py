@@ -95,3 +95,29 @@ def test_max_value_writer_keeps_item_batch_dims():
     assert rb.storage._storage.batch_size == (3, 6)
     assert sorted(rb[:]["score"][:, 0].tolist()) == [3.0, 4.0, 5.0]
     assert rb.sample(2).batch_size == (2, 6)
+
+
+@pytest.mark.parametrize("data", [torch.zeros(3, 1), {"a": torch.zeros(3, 1)}])
+def test_max_value_writer_refuses_plain_data(data):
+    writer = TensorDictMaxValueWriter(rank_key="a")
+    writer.register_storage(LazyTensorStorage(5))
+    with pytest.raises(TypeError, match="expects data to be a tensor collection") as err:
+        writer.extend(data)
+    # also a RuntimeError, as the reference API raises
+    assert isinstance(err.value, RuntimeError)
+    rb = ReplayBuffer(storage=LazyTensorStorage(5), writer=TensorDictMaxValueWriter(rank_key="a"))
+    with pytest.raises(TypeError, match="tensor collection"):
+        rb.add(data[0] if isinstance(data, torch.Tensor) else {"a": data["a"][0]})
+
+
+def test_max_value_writer_refuses_multidim_storages():
+    with pytest.raises(ValueError, match="not compatible with storages with more than one"):
+        ReplayBuffer(storage=LazyTensorStorage(10, ndim=2), writer=TensorDictMaxValueWriter())
+
+
+@pytest.mark.parametrize("size, cursor", [(3, 0), (5, 0), (8, 5)])
+def test_max_value_writer_cursor_wraps_when_full(size, cursor):
+    writer = TensorDictMaxValueWriter(rank_key="r")
+    writer.register_storage(LazyTensorStorage(size))
+    writer.extend(TensorDict({"r": torch.arange(5.0)}, [5]))
+    assert writer._cursor == cursor

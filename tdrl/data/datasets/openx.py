@@ -125,10 +125,17 @@ class _FillPadding(Transform):
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         mask = next_tensordict.get("mask", None)
-        if mask is None or bool(mask.all()):
+        if mask is None:
+            # the slice sampler marks real steps in ("collector", "mask"), and only when it
+            # padded; the dataset's samples always carry them in "mask"
+            mask = next_tensordict.get(("collector", "mask"), None)
+            if mask is None:
+                mask = torch.ones(next_tensordict.shape, dtype=torch.bool)
+            next_tensordict.set("mask", mask)
+        if bool(mask.all()):
             return next_tensordict
         for key in next_tensordict.keys(True, True):
-            if key in ("mask", "index"):
+            if key in ("mask", "index", ("collector", "mask")):
                 continue
             value = next_tensordict.get(key)
             if isinstance(value, torch.Tensor):

@@ -17,7 +17,9 @@ from tdrl.data.replay_buffers.ensemble import (
     StorageEnsemble,
     WriterEnsemble,
 )
+from tdrl.data.replay_buffers.group_sampler import PromptGroupSampler
 from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
+from tdrl.data.replay_buffers.prioritized_slice_sampler import PrioritizedSliceSampler
 from tdrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from tdrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
@@ -31,17 +33,16 @@ from tdrl.data.replay_buffers.samplers import (
     Sampler,
     SamplerWithoutReplacement,
 )
-from tdrl.data.replay_buffers.slice_samplers import (
-    PrioritizedSliceSampler,
-    SliceSampler,
-    SliceSamplerWithoutReplacement,
-)
+from tdrl.data.replay_buffers.slice_samplers import SliceSampler, SliceSamplerWithoutReplacement
+from tdrl.data.replay_buffers.staleness_sampler import StalenessAwareSampler
 from tdrl.data.replay_buffers.storages import (
+    LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
     Storage,
     TensorStorage,
 )
+from tdrl.data.replay_buffers.trajectories import find_start_stop_traj
 from tdrl.data.replay_buffers.writers import (
     ImmutableDatasetWriter,
     RoundRobinWriter,
@@ -55,6 +56,7 @@ __all__ = [
     "H5StorageCheckpointer",
     "ImmutableDatasetWriter",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "ListStorageCheckpointer",
@@ -62,6 +64,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "RayReplayBuffer",
     "ReplayBuffer",
@@ -75,6 +78,7 @@ __all__ = [
     "Storage",
     "StorageCheckpointerBase",
     "StorageEnsemble",
+    "StalenessAwareSampler",
     "StorageEnsembleCheckpointer",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
@@ -84,4 +88,5 @@ __all__ = [
     "TensorStorageCheckpointer",
     "Writer",
     "WriterEnsemble",
+    "find_start_stop_traj",
 ]

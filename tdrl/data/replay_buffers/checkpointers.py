@@ -52,8 +52,8 @@ from tdrl.data.replay_buffers.checkpoint_files import (
     write_json,
     write_marker,
 )
-from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
-from tdrl.data.replay_buffers.storages import full_batch_size
+from tdrl.data.replay_buffers.storage_state import full_batch_size
+from tdrl.data.replay_buffers.trajectories import Timeline, storage_timeline
 
 __all__ = [
     "FlatStorageCheckpointer",
@@ -405,7 +405,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 )
             value = value.reshape(timeline.size, *dst.shape[ndim:])
             _flat_view(dst, ndim).index_copy_(0, order, value.to(dst.device, dst.dtype))
-        storage._len_tensor.fill_(timeline.length)
+        storage._set_len_along_dim0(timeline.length)
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         if not meta.get("initialized"):
@@ -425,7 +425,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         for entry in meta["entries"]:
             key = tuple(entry["key"])
             td.get(key)[:length].copy_(load_tensor(folder, entry, f"entry {key}"))
-        storage._len_tensor.fill_(length)
+        storage._set_len_along_dim0(length)
 
 
 def chronological_content(storage: Any, timeline: Timeline | None = None) -> Any:

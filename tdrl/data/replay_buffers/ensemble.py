@@ -314,6 +314,10 @@ class ReplayBufferEnsemble(ReplayBuffer):
         generator: a ``torch.Generator`` for the choice of sub-buffers.
         shared, compilable: accepted for API compatibility.
 
+    Batches of TensorDicts say which sub-buffer each item came from: in
+    ``("index", "buffer_ids")``, or in ``"buffer_ids"`` next to the ``"index"`` tensor that
+    TensorDict sub-buffers write.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -370,14 +374,14 @@ class ReplayBufferEnsemble(ReplayBuffer):
                 )
         self._rbs = list(rbs)
         super().__init__(
-            storage=StorageEnsemble(*(rb._storage for rb in rbs)),
+            storage=StorageEnsemble(*(rb.storage for rb in rbs)),
             sampler=SamplerEnsemble(
-                *(rb._sampler for rb in rbs),
+                *(rb.sampler for rb in rbs),
                 p=p,
                 sample_from_all=sample_from_all,
                 num_buffer_sampled=num_buffer_sampled,
             ),
-            writer=WriterEnsemble(*(rb._writer for rb in rbs)),
+            writer=WriterEnsemble(*(rb.writer for rb in rbs)),
             collate_fn=collate_fn if collate_fn is not None else _stack,
             transform=transform,
             batch_size=batch_size,
@@ -411,7 +415,12 @@ class ReplayBufferEnsemble(ReplayBuffer):
         for buffer_id in buffer_ids.tolist():
             data, info = self._rbs[buffer_id].sample(sub, return_info=True)
             if isinstance(data, TensorDictBase):
-                data.set("buffer_ids", torch.full(data.shape, buffer_id, dtype=torch.long))
+                ids = torch.full(data.shape, buffer_id, dtype=torch.long)
+                index = data.get("index", None)
+                if index is None or isinstance(index, TensorDictBase):
+                    data.set(("index", "buffer_ids"), ids)
+                else:  # next to the sub-buffer's index tensor
+                    data.set("buffer_ids", ids)
             samples.append(data)
             infos.append(info)
         data = self._collate_fn(samples)

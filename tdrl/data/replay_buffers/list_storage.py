@@ -1,4 +1,8 @@
-"""ListStorage: a storage that keeps any Python objects in a list."""
+"""List storages: Python objects in a list, or TensorDicts read back as lazy stacks.
+
+:class:`ListStorage` holds any object; :class:`LazyStackStorage` holds TensorDicts of
+varying shapes and reads batches of them as ``LazyStackedTensorDict``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.storage_base import Storage, _out_of_range
 
-__all__ = ["ListStorage"]
+__all__ = ["LazyStackStorage", "ListStorage"]
+
+
+def _clone_tensor(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 class ListStorage(Storage):
@@ -32,11 +40,16 @@ class ListStorage(Storage):
         if self.max_size is None:
             self.max_size = 2**62
         self._storage: list[Any] = []
+        self._mutation_revision = 0
+        self._last_cursor_index = -1
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write one item (int cursor) or a sequence of items (slice / indices)."""
+        self._mutation_revision += 1
         if isinstance(cursor, (int, np.integer)):
             self._set_one(int(cursor), data, set_cursor)
+            if set_cursor:
+                self._last_cursor_index = int(cursor)
             return
         if isinstance(cursor, slice):
             cursor = range(*cursor.indices(cursor.stop if cursor.stop is not None else len(self)))
@@ -60,6 +73,8 @@ class ListStorage(Storage):
             pairs = sorted(pairs, key=lambda pair: int(pair[0]))
         for position, item in pairs:
             self._set_one(int(position), item, set_cursor)
+        if set_cursor and len(cursor):
+            self._last_cursor_index = int(cursor[-1])
 
     def _set_one(self, position: int, item: Any, set_cursor: bool) -> None:
         if position < 0 or position >= self.max_size:
@@ -97,19 +112,72 @@ class ListStorage(Storage):
 
     def _empty(self) -> None:
         self._storage.clear()
+        self._mutation_revision += 1
+        self._last_cursor_index = -1
 
     def state_dict(self) -> dict[str, Any]:
         """The stored items (a list) for ``torch.save``."""
         return {"_storage": list(self._storage)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Replace the stored items with those of ``state_dict``."""
+        """Replace the stored items with copies of those of ``state_dict``.
+
+        Tensors are cloned, so later changes to ``state_dict`` do not reach the storage.
+        """
         items = state_dict["_storage"]
         if not isinstance(items, list):
             raise TypeError(
                 f"ListStorage state '_storage' must be a list, got {type(items).__name__}"
             )
-        self._storage = list(items)
+        self._storage = [_pytree.tree_map(_clone_tensor, item) for item in items]
+        self._mutation_revision += 1
+        self._last_cursor_index = len(self._storage) - 1
 
     def __repr__(self) -> str:
         return f"ListStorage(items={len(self)}, max_size={self.max_size})"
+
+
+class LazyStackStorage(ListStorage):
+    """A list of TensorDicts read back as a lazy stack: items may differ in shape and keys.
+
+    Reading several items (a slice, indices, a sampled batch) returns a
+    ``LazyStackedTensorDict`` that stacks them along ``stack_dim`` without copying; entries
+    whose shapes agree read as one tensor, ragged ones can be read as nested tensors
+    (``sample.densify(layout=torch.jagged)``). Useful for variable-length data such as text.
+
+    Args:
+        max_size: the largest number of items; ``None`` means unbounded.
+        stack_dim: the dim of the stack in the batches read.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> storage = LazyStackStorage(10)
+        >>> storage.set(0, TensorDict(a=torch.zeros(3)))
+        >>> storage.set(1, TensorDict(a=torch.ones(5)))
+        >>> batch = storage.get([0, 1])
+        >>> type(batch).__name__, batch[1]["a"].shape
+        ('LazyStackedTensorDict', torch.Size([5]))
+    """
+
+    def __init__(
+        self, max_size: int | None = None, *, compilable: bool = False, stack_dim: int = 0
+    ) -> None:
+        super().__init__(max_size, compilable=compilable)
+        self.stack_dim = int(stack_dim)
+
+    def _stack(self, items: list) -> Any:
+        if not items or not all(isinstance(item, TensorDictBase) for item in items):
+            return items
+        return LazyStackedTensorDict.lazy_stack(items, dim=self.stack_dim)
+
+    def get(self, index: Any) -> Any:
+        """Read one item (int) or a lazy stack of items (slice, indices)."""
+        out = super().get(index)
+        return out if isinstance(index, (int, np.integer)) else self._stack(out)
+
+    def _gather(self, index: Any) -> Any:
+        return self._stack(super()._gather(index))
+
+    def __repr__(self) -> str:
+        return f"LazyStackStorage(items={len(self)}, max_size={self.max_size}, stack_dim={self.stack_dim})"

@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from typing import Any
 
 import torch
 from tensordict import MemoryMappedTensor
@@ -24,9 +25,13 @@ def _remove_dir(path: str, owner: int) -> None:
 class LazyMemmapStorage(LazyTensorStorage):
     """A tensor storage in memory-mapped files, allocated on the first write.
 
-    The files live in ``scratch_dir`` (a temporary folder removed with the storage when
-    omitted). The storage pickles by file name, so a buffer passed to another process writes
-    to the same files; the length is kept in shared memory so every process sees it.
+    The files live in ``scratch_dir`` (a temporary folder when omitted). The storage pickles
+    by file name, so a buffer passed to another process writes to the same files; the length
+    is kept in shared memory so every process sees it.
+
+    With ``auto_cleanup``, the folder of the files is removed when the storage is garbage
+    collected or the interpreter exits (also after Ctrl+C), by the process that created the
+    files only; :meth:`cleanup` removes it at once.
 
     Args:
         max_size: the number of items to hold.
@@ -35,6 +40,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         ndim: how many leading dimensions index items.
         existsok: whether existing files in ``scratch_dir`` may be overwritten.
         compilable: accepted for API compatibility; it has no effect.
+        shared_init: accepted for API compatibility: memory-mapped files are always shared.
+        auto_cleanup: remove the folder of the files automatically (see above). Defaults to
+            ``True`` for a temporary folder and ``False`` for a ``scratch_dir`` you chose.
 
     Examples:
         >>> import torch
@@ -43,6 +51,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         >>> storage.set(slice(0, 2), TensorDict({"obs": torch.zeros(2, 3)}, [2]))
         >>> storage.get(torch.tensor([1, 0]))["obs"].shape
         torch.Size([2, 3])
+        >>> storage.cleanup()
+        True
     """
 
     def __init__(
@@ -54,23 +64,34 @@ class LazyMemmapStorage(LazyTensorStorage):
         ndim: int = 1,
         existsok: bool = False,
         compilable: bool = False,
+        shared_init: bool = False,
+        auto_cleanup: bool | None = None,
     ) -> None:
         super().__init__(max_size, device=device, ndim=ndim, compilable=compilable)
         self.scratch_dir = None if scratch_dir is None else os.fspath(scratch_dir)
         self.existsok = existsok
+        self._scratch_dir_is_temp = self.scratch_dir is None
+        self._auto_cleanup = self._scratch_dir_is_temp if auto_cleanup is None else auto_cleanup
+        self._folder: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._cleaned_up = False
         self._share_len()
 
     def _storage_device(self) -> torch.device:
         return torch.device("cpu")
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
-        folder = self.scratch_dir
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        folder = self._folder if first else None
         if folder is None:
-            folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
-            weakref.finalize(self, _remove_dir, folder, os.getpid())
-        os.makedirs(folder, exist_ok=True)
+            folder = self.scratch_dir
+            if folder is None:
+                folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
+            os.makedirs(folder, exist_ok=True)
+            self._folder = folder
+            if self._auto_cleanup:
+                self._finalizer = weakref.finalize(self, _remove_dir, folder, os.getpid())
         tensors = []
-        for position, (_, shape, dtype) in enumerate(template):
+        for position, (_, shape, dtype) in enumerate(template, start=first):
             filename = os.path.join(folder, f"leaf_{position}.memmap")
             tensors.append(
                 MemoryMappedTensor.empty(
@@ -78,6 +99,31 @@ class LazyMemmapStorage(LazyTensorStorage):
                 )
             )
         return tensors
+
+    def cleanup(self) -> bool:
+        """Remove the folder of the memory-mapped files now.
+
+        The stored data is lost for every process sharing the storage. Calling it again, or
+        on a storage never written to, does nothing.
+
+        Returns:
+            whether a folder was removed.
+        """
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._cleaned_up = True
+        folder = self._folder
+        if folder is None or not os.path.isdir(folder):
+            return False
+        shutil.rmtree(folder, ignore_errors=True)
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # the process that created the files removes them; a copy elsewhere does not
+        state["_finalizer"] = None
+        return state
 
     def _build_plans(self) -> None:
         super()._build_plans()

@@ -5,24 +5,35 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
+from tdrl._utils import rl_warnings
+from tdrl.data.replay_buffers.buffer_indexing import assign_data, checked_write_index, index_data
+from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequence
+from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if_present
+from tdrl.data.replay_buffers.errors import DataValueError
+from tdrl.data.replay_buffers.in_place import InPlaceAccess
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
-from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
+from tdrl.data.replay_buffers.storages import (
+    LazyStackStorage,
+    ListStorage,
+    Storage,
+    TensorStorage,
+)
 from tdrl.data.replay_buffers.utils import (
-    expand_to_items,
     item_list,
     move_extend_dim,
     stack_items,
 )
-from tdrl.data.replay_buffers.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
+from tdrl.data.replay_buffers.writers import RoundRobinWriter, Writer
 
 __all__ = [
     "PrioritizedReplayBuffer",
@@ -38,75 +49,31 @@ def _identity(data: Any) -> Any:
     return data
 
 
-class _Inverted:
-    """Swaps a transform's forward and inverse (``append_transform(t, invert=True)``)."""
+def _component(value: Any, kind: type, name: str) -> Any:
+    """``value`` if it is a ``kind`` instance (or ``None``), else what the factory ``value`` builds."""
+    if value is None or isinstance(value, kind):
+        return value
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be a {kind.__name__} or a callable building one, got {type(value).__name__}"
+        )
+    built = value()
+    if not isinstance(built, kind):
+        raise TypeError(
+            f"the {name} factory must return a {kind.__name__}, got {type(built).__name__}"
+        )
+    return built
 
-    def __init__(self, transform: Any) -> None:
-        self.transform = transform
 
-    def __call__(self, data: Any) -> Any:
-        inverse = getattr(self.transform, "inv", None)
-        return inverse(data) if inverse is not None else data
-
-    def inv(self, data: Any) -> Any:
-        return self.transform(data)
-
-    def __repr__(self) -> str:
-        return f"Inverted({self.transform!r})"
-
-
-class _TransformSequence:
-    """Transforms applied to sampled data in order; their ``inv`` runs, reversed, on writes."""
-
-    def __init__(self) -> None:
-        self._transforms: list[Any] = []
-        self.has_inv = False
-
-    def _changed(self) -> None:
-        self.has_inv = any(hasattr(t, "inv") for t in self._transforms)
-
-    def append(self, transform: Any) -> None:
-        self._transforms.append(transform)
-        self._changed()
-
-    def insert(self, index: int, transform: Any) -> None:
-        if not -len(self._transforms) <= index <= len(self._transforms):
-            raise ValueError(
-                f"insert_transform index: expected a position in [{-len(self._transforms)}, "
-                f"{len(self._transforms)}] (the buffer has {len(self._transforms)} transforms), "
-                f"got {index}"
-            )
-        self._transforms.insert(index, transform)
-        self._changed()
-
-    def forward(self, data: Any) -> Any:
-        """Apply the transforms, in order, to sampled data."""
-        for transform in self._transforms:
-            data = transform(data)
+def _copied(data: Any) -> Any:
+    """A copy of views read from a tensor storage (other objects are returned as they are)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
+        return data.clone()
+    if isinstance(data, (list, str)) or data is None:
         return data
-
-    def __call__(self, data: Any) -> Any:
-        # through the instance attribute, so that a replaced ``forward`` (a probe) is used
-        return self.forward(data)
-
-    def inv(self, data: Any) -> Any:
-        for transform in reversed(self._transforms):
-            inverse = getattr(transform, "inv", None)
-            if inverse is not None:
-                data = inverse(data)
-        return data
-
-    def __len__(self) -> int:
-        return len(self._transforms)
-
-    def __getitem__(self, index: int) -> Any:
-        return self._transforms[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._transforms)
-
-    def __repr__(self) -> str:
-        return f"Transforms({self._transforms!r})"
+    return _pytree.tree_map(
+        lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, data
+    )
 
 
 def _pin(data: Any) -> Any:
@@ -117,8 +84,14 @@ def _pin(data: Any) -> Any:
     )
 
 
-class ReplayBuffer:
+class ReplayBuffer(InPlaceAccess):
     """A replay buffer: writes go through a writer into a storage, reads through a sampler.
+
+    The storage, sampler and writer may be given as instances or as factories (callables
+    without arguments, e.g. ``functools.partial(LazyTensorStorage, 1000)``). With
+    ``delayed_init``, they are built, wired and handed their transforms on first use (a write,
+    a read, a sample...), so a buffer can be created cheaply and sent to another process
+    first; :attr:`initialized` tells whether that happened.
 
     Args:
         storage: where items live (default ``ListStorage(1000)``).
@@ -128,8 +101,10 @@ class ReplayBuffer:
             identity for tensor storages).
         pin_memory: pin sampled batches (only when CUDA is available; otherwise ignored).
         prefetch: number of batches sampled ahead in a thread pool.
-        transform: a callable (or transform) applied to sampled data; its ``inv`` method, if
-            any, is applied to written data.
+        transform: a callable (or transform, or a list of them) applied to sampled data; its
+            ``inv`` method, if any, is applied to written data.
+        transform_factory: a callable without arguments returning the transform, called when
+            the buffer initializes (instead of ``transform``).
         batch_size: default batch size of :meth:`sample` and of iteration.
         dim_extend: the dimension of extended data that indexes new items (defaults to
             ``storage.ndim - 1``, the time dimension of ``[B, T]`` rollouts).
@@ -137,6 +112,8 @@ class ReplayBuffer:
         generator: a ``torch.Generator`` making sampling reproducible.
         shared: allocate lazy tensor storages in shared memory.
         compilable: accepted for API compatibility; it has no effect.
+        delayed_init: build the components on first use rather than now. Defaults to ``True``
+            when a ``transform_factory`` is given, else ``False``.
 
     Examples:
         >>> import torch
@@ -145,6 +122,9 @@ class ReplayBuffer:
         >>> _ = rb.extend(torch.arange(10))
         >>> len(rb), rb[2], rb.sample().shape
         (10, tensor(2), torch.Size([4]))
+        >>> lazy = ReplayBuffer(storage=LazyTensorStorage(100), delayed_init=True)
+        >>> lazy.initialized, lazy.extend(torch.arange(3)).tolist(), lazy.initialized
+        (False, [0, 1, 2], True)
     """
 
     _default_writer: type[Writer] = RoundRobinWriter
@@ -152,54 +132,112 @@ class ReplayBuffer:
     def __init__(
         self,
         *,
-        storage: Storage | None = None,
-        sampler: Sampler | None = None,
-        writer: Writer | None = None,
+        storage: Storage | Callable[[], Storage] | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        writer: Writer | Callable[[], Writer] | None = None,
         collate_fn: Callable | None = None,
         pin_memory: bool = False,
         prefetch: int | None = None,
         transform: Any = None,
+        transform_factory: Callable[[], Any] | None = None,
         batch_size: int | None = None,
         dim_extend: int | None = None,
         checkpointer: Any = None,
         generator: torch.Generator | None = None,
         shared: bool = False,
         compilable: bool | None = None,
+        delayed_init: bool | None = None,
     ) -> None:
-        self._storage = storage if storage is not None else ListStorage(max_size=1000)
-        self._storage.attach(self)
-        self._sampler = sampler if sampler is not None else RandomSampler()
-        self._writer = writer if writer is not None else self._default_writer()
-        self._writer.register_storage(self._storage)
-        if collate_fn is None:
-            collate_fn = stack_items if isinstance(self._storage, ListStorage) else _identity
-        self._collate_fn = collate_fn
-        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        if transform is not None and transform_factory is not None:
+            raise ValueError("give at most one of transform and transform_factory")
+        if transform_factory is not None and not callable(transform_factory):
+            raise TypeError(
+                f"transform_factory must be callable, got {type(transform_factory).__name__}"
+            )
         if prefetch is not None and int(prefetch) < 0:
             raise ValueError(f"prefetch must be a non-negative integer, got {prefetch}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        if dim_extend is not None and int(dim_extend) < 0:
+            raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
+        if batch_size is None and getattr(sampler, "drop_last", False):
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size to the buffer (the incomplete last batch of an epoch is measured "
+                "against it), got batch_size=None"
+            )
+        self._init_storage = storage
+        self._init_sampler = sampler
+        self._init_writer = writer
+        self._init_transform = transform
+        self._init_transform_factory = transform_factory
+        self._init_collate_fn = collate_fn
+        self._init_dim_extend = dim_extend
+        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self._prefetch_cap = int(prefetch or 0)
         self._replay_lock = threading.RLock()
         self._start_prefetch()
-        self._transform = _TransformSequence()
+        self._batch_size = batch_size
+        self.checkpointer = checkpointer
+        self._rng = generator
+        self._initialized = False
+        self._shared = False
+        if shared:
+            self.share(True)
+        if delayed_init is None:
+            delayed_init = transform_factory is not None
+        if not delayed_init:
+            self._initialize()
+
+    # -- initialization ---------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage, sampler, writer and transforms have been built and wired."""
+        return self._initialized
+
+    def _initialize(self) -> None:
+        """Build the components (from their factories when given) and wire them together."""
+        storage = _component(self._init_storage, Storage, "storage")
+        if storage is None:
+            storage = ListStorage(max_size=1000)
+        sampler = _component(self._init_sampler, Sampler, "sampler")
+        writer = _component(self._init_writer, Writer, "writer")
+        self._storage = storage
+        storage.attach(self)
+        self._sampler = sampler if sampler is not None else RandomSampler()
+        self._writer = writer if writer is not None else self._default_writer()
+        self._writer.register_storage(storage)
+        collate_fn = self._init_collate_fn
+        if collate_fn is None:
+            collates = isinstance(storage, ListStorage) and not isinstance(
+                storage, LazyStackStorage
+            )
+            collate_fn = stack_items if collates else _identity
+        self._collate_fn = collate_fn
+        self._transform = TransformSequence()
+        transform = self._init_transform
+        if self._init_transform_factory is not None:
+            transform = self._init_transform_factory()
         if transform is not None:
             for item in transform if isinstance(transform, (list, tuple)) else (transform,):
                 self._transform.append(item)
-        if batch_size is not None and int(batch_size) < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        self._batch_size = batch_size
-        ndim = getattr(self._storage, "ndim", 1)
-        if dim_extend is None:
-            dim_extend = ndim - 1
-        if int(dim_extend) < 0:
-            raise ValueError(f"dim_extend must be >= 0, got {dim_extend}")
-        self.dim_extend = int(dim_extend)
-        self.checkpointer = checkpointer
-        self._rng = None
-        if generator is not None:
-            self.set_rng(generator)
-        if shared:
+        dim_extend = self._init_dim_extend
+        ndim = getattr(storage, "ndim", 1)
+        self.dim_extend = ndim - 1 if dim_extend is None else int(dim_extend)
+        # a multi-dim storage extended along another dim is indexed in the data's own layout
+        self._user_layout = 0 < self.dim_extend < ndim
+        self._known_max_size = storage.max_size
+        self._init_storage = self._init_sampler = self._init_writer = None
+        self._init_transform = self._init_transform_factory = self._init_collate_fn = None
+        self._initialized = True
+        if self._rng is not None:
+            self.set_rng(self._rng)
+        if self._shared:
             self.share(True)
-        self._known_max_size = self._storage.max_size
+
+    def _ensure_init(self) -> None:
+        if not self._initialized:
+            self._initialize()
 
     # -- plumbing -------------------------------------------------------------------------------
     def _start_prefetch(self) -> None:
@@ -222,11 +260,21 @@ class ReplayBuffer:
     def set_rng(self, generator: torch.Generator) -> None:
         """Use ``generator`` for every random draw of the sampler, storage and writer."""
         self._rng = generator
-        for component in (self._sampler, self._storage, self._writer):
-            component._rng = generator
+        if self._initialized:
+            for component in (self._sampler, self._storage, self._writer):
+                component._rng = generator
 
     def share(self, shared: bool = True) -> ReplayBuffer:
         """Place a lazy tensor storage in shared memory when it allocates."""
+        if shared and self._prefetch_cap:
+            raise ValueError(
+                "Cannot share prefetched replay buffers: the prefetch threads and their queue "
+                "live in one process; build the buffer with prefetch=0 to share it, or keep "
+                "shared=False to prefetch"
+            )
+        self._shared = bool(shared)
+        if not self._initialized:
+            return self
         if shared and isinstance(self._storage, TensorStorage):
             self._storage._shared_init = True
             self._storage._share_len()
@@ -237,21 +285,25 @@ class ReplayBuffer:
     @property
     def storage(self) -> Storage:
         """The storage."""
+        self._ensure_init()
         return self._storage
 
     @property
     def sampler(self) -> Sampler:
         """The sampler."""
+        self._ensure_init()
         return self._sampler
 
     @property
     def writer(self) -> Writer:
         """The writer."""
+        self._ensure_init()
         return self._writer
 
     @property
-    def transform(self) -> _TransformSequence:
+    def transform(self) -> TransformSequence:
         """The transforms applied to sampled data."""
+        self._ensure_init()
         return self._transform
 
     @property
@@ -262,7 +314,31 @@ class ReplayBuffer:
     @property
     def write_count(self) -> int:
         """How many items were written since creation (or the last :meth:`empty`)."""
-        return self._writer._write_count
+        if not self._initialized:
+            return 0
+        return getattr(self._writer, "_write_count", 0)
+
+    def stats(self) -> dict[str, Any]:
+        """A JSON-serializable summary of the buffer; it does not initialize a delayed buffer.
+
+        Returns:
+            a dict with ``size`` (items stored), ``capacity`` (the storage's ``max_size``),
+            ``utilization`` (size / capacity), ``write_count``, ``prefetch_queue_size`` and
+            ``initialized``.
+        """
+        storage = self._storage if self._initialized else self._init_storage
+        if not isinstance(storage, Storage):
+            storage = None
+        size = len(storage) if storage is not None else 0
+        capacity = storage.max_size if storage is not None else None
+        return {
+            "size": size,
+            "capacity": capacity,
+            "utilization": size / capacity if capacity else 0.0,
+            "write_count": self.write_count,
+            "prefetch_queue_size": len(self._prefetch_queue),
+            "initialized": self._initialized,
+        }
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
         """Apply ``hook`` to the storage's content before :meth:`dumps` writes it.
@@ -272,6 +348,7 @@ class ReplayBuffer:
         ``"next"`` entries and reads it back as TED. Hooks are not saved with the buffer:
         register them on the buffer that loads the checkpoint too.
         """
+        self._ensure_init()
         self._storage.register_save_hook(hook)
 
     def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -279,16 +356,19 @@ class ReplayBuffer:
 
         See :meth:`Storage.register_load_hook`.
         """
+        self._ensure_init()
         self._storage.register_load_hook(hook)
 
     def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` swaps its forward and inverse."""
-        self._transform.append(_Inverted(transform) if invert else transform)
+        self._ensure_init()
+        self._transform.append(Inverted(transform) if invert else transform)
         return self
 
     def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Insert a transform at ``index``; ``invert=True`` swaps its forward and inverse."""
-        self._transform.insert(index, _Inverted(transform) if invert else transform)
+        self._ensure_init()
+        self._transform.insert(index, Inverted(transform) if invert else transform)
         return self
 
     # -- writing --------------------------------------------------------------------------------
@@ -307,6 +387,21 @@ class ReplayBuffer:
 
     def add(self, data: Any) -> int:
         """Write one item; returns its index."""
+        if not self._initialized:
+            self._initialize()
+        if (
+            isinstance(data, TensorDictBase)
+            and data.batch_dims
+            and data.batch_size[0] == 1
+            and rl_warnings()
+        ):
+            warnings.warn(
+                f"Using `add()` with a TensorDict that has batch_size {list(data.batch_size)}: "
+                "it is stored as one item of that shape. Use `extend()` to write its content "
+                "as one item of shape [] (set RL_WARNINGS=0 to silence this warning).",
+                UserWarning,
+                stacklevel=2,
+            )
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
@@ -320,7 +415,7 @@ class ReplayBuffer:
             if items is not None:
                 data = items
         elif isinstance(data, list):
-            data = stack_items(data)
+            data = stack_items(data, strict=True)
             if isinstance(data, list):
                 raise TypeError(
                     f"{type(self._storage).__name__} can only be extended with tensors, TensorDicts "
@@ -340,78 +435,47 @@ class ReplayBuffer:
         than the capacity are given, the last ones are kept, as successive writes would.
 
         Returns:
-            the indices written to.
+            the indices written to: the rows of a one-dimensional storage; with ``ndim > 1``,
+            the ``[n, ndim]`` coordinates of the ``n`` items written, in the order of the
+            data given (as the ``"index"`` of samples, usable with :meth:`update_priority`,
+            ``rb[index]`` and :meth:`update_if_present`).
         """
+        if not self._initialized:
+            self._initialize()
         data = self._prepare_extend(data)
         with self._replay_lock:
             index = self._writer.extend(data)
             self._after_write(index)
+        if self._storage.ndim > 1 and isinstance(index, torch.Tensor):
+            return self._item_coordinates(index)
         return index
 
-    def _checked_write_index(self, index: Any) -> Any:
+    def _item_coordinates(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[n, ndim]`` coordinates of the items of the rows written, in the data's order."""
         storage = self._storage
-        length = storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
-        if isinstance(index, (int, np.integer)):
-            if not -length <= index < length:
-                raise IndexError(f"index out of range: expected [-{length}, {length}), got {index}")
-            return int(index) % length
-        if isinstance(index, slice):
-            return slice(*index.indices(length))
-        if not isinstance(index, tuple):
-            index = torch.as_tensor(index)
-            if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
-                # indices as sampling returns them: coordinates ([n, ndim]) when ndim > 1,
-                # expanded over the item dims when items have batch dims of their own
-                item = storage._item_index(index)
-                if item is not None:
-                    index = item
-        if isinstance(index, tuple):
-            if not isinstance(storage, TensorStorage):
-                index = torch.as_tensor(index)
-            elif not storage.initialized:
-                raise IndexError(f"index out of range: the storage is empty, got {index}")
-            else:
-                return self._checked_coordinates(storage._multi_index(index), length)
-        if index.dtype == torch.bool:
-            index = index.nonzero().squeeze(-1)
-        index = index.to(torch.long).reshape(-1)
-        if index.numel() and (int(index.max()) >= length or int(index.min()) < -length):
-            raise IndexError(
-                f"index out of range: expected [-{length}, {length}), got [{int(index.min())}, {int(index.max())}]"
-            )
-        return index.remainder(length) if length else index
-
-    def _checked_coordinates(self, index: tuple, length: int) -> tuple:
-        """Bounds-check the tensor parts of a tuple index (dim 0 against the filled rows)."""
-        sizes = (length, *self._storage._td.shape[1:])
-        out = []
-        for dim, part in enumerate(index):
-            if dim < len(sizes) and isinstance(part, torch.Tensor) and part.dtype != torch.bool:
-                size = sizes[dim]
-                if part.numel():
-                    low, high = int(part.min()), int(part.max())
-                    if low < -size or high >= size:
-                        raise IndexError(
-                            f"index out of range along dim {dim}: expected [-{size}, {size}), "
-                            f"got [{low}, {high}]"
-                        )
-                    part = part.remainder(size)
-            elif dim == 0 and isinstance(part, slice):
-                part = slice(*part.indices(length))
-            out.append(part)
-        return tuple(out)
+        ndim = storage.ndim
+        streams = [torch.arange(size) for size in storage.shape[1:ndim]]
+        coords = torch.stack(torch.meshgrid(rows, *streams, indexing="ij"), -1)
+        if 0 < self.dim_extend < ndim:
+            coords = coords.transpose(0, self.dim_extend)
+        return coords.reshape(-1, ndim)
 
     def __setitem__(self, index: Any, data: Any) -> None:
         """Overwrite stored items in place; the cursor and length do not move.
 
         ``index`` takes the forms :meth:`__getitem__` takes, including the ``"index"`` entry
         of a sample (``[n, ndim]`` coordinates, or a tuple of their columns, for storages
-        with ``ndim > 1``), so sampled data can be modified and written back.
+        with ``ndim > 1``), so sampled data can be modified and written back. In the data's
+        layout (see :meth:`__getitem__`), ``data`` broadcasts to the selected region.
         """
+        self._ensure_init()
         if self._transform.has_inv:
             data = self._transform.inv(data)
         with self._replay_lock:
-            index = self._checked_write_index(index)
+            if self._in_data_layout(index):
+                self._write_in_data_layout(index, data)
+                return
+            index = checked_write_index(self._storage, index)
             self._storage.set(index, data, set_cursor=False)
             if isinstance(index, slice):
                 index = torch.arange(index.start, index.stop, index.step)
@@ -419,6 +483,9 @@ class ReplayBuffer:
 
     # -- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:
+        if not self._initialized:
+            storage = self._init_storage
+            return len(storage) if isinstance(storage, Storage) else 0
         return len(self._storage)
 
     def __getitem__(self, index: Any) -> Any:
@@ -426,8 +493,15 @@ class ReplayBuffer:
 
         With ``ndim > 1`` storages, a tuple of index tensors (one per dim) or an integer
         tensor of ``[n, ndim]`` coordinates (the ``"index"`` entry of samples) reads ``n``
-        items.
+        items. When such a storage is extended along ``dim_extend > 0`` (``[B, T]`` rollouts
+        written along ``T``), other indices address the data in the layout it was given in:
+        ``rb[:]`` is ``[B, T]`` and ``rb[0, 3:5]`` is steps 3 and 4 of stream 0.
+
+        What is returned is a copy taken under the buffer's lock: a consistent snapshot even
+        while another thread writes, and changing it does not change the buffer (write
+        with ``rb[index] = data``).
         """
+        self._ensure_init()
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and isinstance(index[0], str)
         ):
@@ -436,7 +510,13 @@ class ReplayBuffer:
                 return self[:]
             key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
             return self[:][key]
-        data = self._storage.get(index)
+        with self._replay_lock:
+            if self._in_data_layout(index):
+                data = _copied(index_data(self._data_layout_view(), index))
+            else:
+                data = self._storage.get(index)
+                if isinstance(index, (int, np.integer, slice, range, tuple)):
+                    data = _copied(data)
         if not isinstance(index, (int, np.integer)):
             data = self._collate_fn(data)
         if len(self._transform):
@@ -446,10 +526,46 @@ class ReplayBuffer:
     def _gather(self, index: Any, info: dict) -> Any:
         return self._collate_fn(self._storage._gather(index))
 
+    # -- the data's own layout (multi-dim storages extended along dim_extend > 0) ------------------
+    def _in_data_layout(self, index: Any) -> bool:
+        """Whether ``index`` addresses the data as extended (rather than storage coordinates)."""
+        if not self._user_layout:
+            return False
+        if isinstance(index, tuple):
+            # a tuple of index tensors holds coordinates, as sampling returns them
+            return not all(isinstance(part, (torch.Tensor, np.ndarray)) for part in index)
+        if isinstance(index, torch.Tensor) and index.ndim > 1 and index.dtype != torch.bool:
+            return False
+        return True
+
+    def _data_layout_view(self) -> Any:
+        """The stored items, in the layout :meth:`extend` received them (a view)."""
+        return move_extend_dim(self._storage.get(slice(None)), self.dim_extend)
+
+    def _write_in_data_layout(self, index: Any, data: Any) -> None:
+        storage = self._storage
+        if isinstance(storage, TensorStorage) and isinstance(data, TensorDictBase):
+            storage.add_entries(data)  # keys the stored data lacks, before taking the view
+        view = self._data_layout_view()
+        try:
+            assign_data(view, index, data)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"cannot write data of shape {tuple(getattr(data, 'shape', ()))} at {index!r} of "
+                f"the stored data, of shape {tuple(view.shape)}: {err}"
+            ) from err
+        # the flat storage indices of the written items, for the sampler and the storage
+        grid = torch.arange(len(storage)).reshape(storage.shape[: storage.ndim])
+        written = move_extend_dim(grid, self.dim_extend)[index].reshape(-1)
+        storage._mark_written()
+        self._sampler.mark_update(storage._unravel(written), storage=storage)
+
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         with self._replay_lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
+            if self._writer.tracks_generations:
+                info["index_generation"] = self._writer.generations_of(index)
             data = self._gather(index, info)
         if self._transform._transforms:
             data = self._transform(data)
@@ -464,10 +580,12 @@ class ReplayBuffer:
             batch_size: the number of items (defaults to the constructor's ``batch_size``).
             return_info: also return a dict with ``"index"`` and sampler extras (e.g. weights).
         """
+        if not self._initialized:
+            self._initialize()
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
-                raise ValueError(
+                raise DataValueError(
                     "batch_size not specified: pass it to the constructor or to sample()"
                 )
         if self._prefetch_cap and batch_size == self._batch_size:
@@ -481,9 +599,11 @@ class ReplayBuffer:
 
     def __iter__(self) -> Iterator[Any]:
         """Batches drawn through the sampler; finite for samplers without replacement."""
+        self._ensure_init()
         if self._batch_size is None:
-            raise ValueError(
-                "iterating over a replay buffer needs a batch_size set at construction"
+            raise DataValueError(
+                "Cannot iterate over the replay buffer. Batch_size was not specified: pass "
+                "batch_size to the constructor to iterate"
             )
         while True:
             data, _ = self._sample(self._batch_size)
@@ -491,22 +611,75 @@ class ReplayBuffer:
             if self._sampler.ran_out:
                 return
 
-    def empty(self) -> None:
-        """Remove every item and reset the writer and sampler."""
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Remove every item and reset the writer and sampler.
+
+        Args:
+            empty_write_count: also reset :attr:`write_count` to 0 (else it keeps counting).
+        """
+        self._ensure_init()
         with self._replay_lock:
             self._prefetch_queue.clear()
-            self._writer._empty()
+            self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._storage._empty()
 
+    def update_if_present(
+        self,
+        *,
+        index: Any,
+        generation: Any,
+        patch: Any,
+        version_key: Any = None,
+        version: Any = None,
+        require_newer: bool = False,
+    ) -> UpdateResult:
+        """Patch stored items only where they are still there; returns what was written.
+
+        Records are given by their handles: ``index`` (as :meth:`extend` or sampling returns
+        it) and the ``generation`` of each row then (:meth:`Writer.generations_of`, or the
+        ``"index_generation"`` of a sample). Rows rewritten or emptied since are skipped and
+        left untouched. The writer must have been built with ``track_generations=True``.
+
+        Args:
+            index: the records' rows (or ``[n, ndim]`` coordinates).
+            generation: the rows' generations when the handles were taken.
+            patch: new values by key (a dict or TensorDict); each value holds the ``n``
+                records (``[n, *item shape]``, or the shape of the data they came from).
+            version_key: a stored entry holding each record's version. With ``version``, a
+                live record is patched only if ``version`` is newer than the stored one
+                (``require_newer``) or at least as new; the version is written too. Among
+                records aiming at the same row, the highest version wins.
+            version: an int, or one per record.
+            require_newer: reject an equal version.
+
+        Raises:
+            KeyError: a patch key or the version key is not stored.
+            ValueError: a patch value has the wrong shape or dtype, or the version arguments
+                are inconsistent; nothing is written then.
+            RuntimeError: the storage or writer cannot tell whether records are still there.
+        """
+        self._ensure_init()
+        return update_if_present(
+            self,
+            index=index,
+            generation=generation,
+            patch=patch,
+            version_key=version_key,
+            version=version,
+            require_newer=require_newer,
+        )
+
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priority of the items at ``index`` (see :class:`PrioritizedSampler`)."""
+        self._ensure_init()
         with self._replay_lock:
             self._sampler.update_priority(index, priority, storage=self._storage)
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """States of the storage, sampler, writer and transforms, for ``torch.save``."""
+        self._ensure_init()
         return {
             "_storage": self._storage.state_dict(),
             "_sampler": self._sampler.state_dict(),
@@ -525,6 +698,7 @@ class ReplayBuffer:
         replaced atomically (see :mod:`tdrl.data.replay_buffers.checkpointers`). The
         storage's save hooks (:meth:`register_save_hook`) run on its content first.
         """
+        self._ensure_init()
         from tdrl.data.replay_buffers.checkpointers import dump_buffer
 
         with self._replay_lock:
@@ -532,6 +706,7 @@ class ReplayBuffer:
 
     def loads(self, path: str | os.PathLike) -> None:
         """Restore the state saved by :meth:`dumps` (priority trees and writer state included)."""
+        self._ensure_init()
         from tdrl.data.replay_buffers.checkpointers import load_buffer
 
         with self._replay_lock:
@@ -540,6 +715,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+        self._ensure_init()
         with self._replay_lock:
             self._storage.load_state_dict(state_dict["_storage"])
             self._known_max_size = self._storage.max_size
@@ -553,6 +729,8 @@ class ReplayBuffer:
                 self._rng.set_state(state_dict["_rng"])
 
     def __repr__(self) -> str:
+        if not self._initialized:
+            return f"{type(self).__name__}(not initialized, batch_size={self._batch_size})"
         return (
             f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
             f"writer={self._writer!r}, batch_size={self._batch_size})"
@@ -599,7 +777,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         shared: bool = False,
         compilable: bool | None = None,
     ) -> None:
-        storage = storage if storage is not None else ListStorage(max_size=1000)
+        # the priority trees are sized from the storage: a storage factory is built now
+        storage = _component(storage, Storage, "storage")
+        if storage is None:
+            storage = ListStorage(max_size=1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
         super().__init__(
             storage=storage,
@@ -616,191 +797,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
 
 
-class TensorDictReplayBuffer(ReplayBuffer):
-    """A replay buffer for TensorDicts whose samples carry ``"index"`` and sampler extras.
-
-    Sampler extras are entries such as ``"priority_weight"``.
-
-    ``extend`` writes the indices of new items under ``"index"`` in the data given (when it
-    has one batch dimension and is not locked), so priorities can be updated from it later
-    with :meth:`update_tensordict_priority`. Entries named ``"index"`` or ``"priority_weight"``
-    in written data are not stored.
-
-    Args:
-        priority_key: the entry read by :meth:`update_tensordict_priority` (``"td_error"``).
-        **kwargs: as in :class:`ReplayBuffer`.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
-        >>> rb.extend(TensorDict({"obs": torch.randn(5, 3)}, [5]))
-        tensor([0, 1, 2, 3, 4])
-        >>> sorted(rb.sample().keys())
-        ['index', 'obs']
-    """
-
-    _default_writer = TensorDictRoundRobinWriter
-
-    def __init__(self, *, priority_key: Any = "td_error", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.priority_key = priority_key
-
-    def _gather(self, index: Any, info: dict) -> Any:
-        storage = self._storage
-        stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
-        if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
-            nested = []
-            if all(type(key) is str for key in info):
-                # the usual case, flat keys: one dict, "index" first and set to stored_index
-                extra = {"index": stored_index, **info}
-                extra["index"] = stored_index
-            else:
-                extra = {"index": stored_index}
-                for key, value in info.items():
-                    if key == "index":
-                        continue
-                    if isinstance(key, tuple):
-                        if len(key) > 1:
-                            nested.append((key, value))
-                            continue
-                        key = key[0]
-                    extra[key] = value
-            data = storage._gather(index, extra)
-            for key, value in nested:
-                data.set(key, expand_to_items(value, tuple(data.batch_size)))
-            return data
-        data = self._collate_fn(storage._gather(index))
-        if isinstance(data, TensorDictBase):
-            batch = tuple(data.batch_size)
-            data.set("index", expand_to_items(stored_index, batch))
-            for key, value in info.items():
-                if key != "index":
-                    data.set(key, expand_to_items(value, batch))
-        return data
-
-    def _strip(self, data: Any) -> Any:
-        if isinstance(data, TensorDictBase):
-            keys = data.keys()
-            if any(key in keys for key in _INFO_KEYS):
-                return data.exclude(*_INFO_KEYS)
-        return data
-
-    def add(self, data: Any) -> int:
-        """Write one TensorDict; returns its index."""
-        return super().add(self._strip(data))
-
-    def extend(self, data: Any) -> torch.Tensor:
-        """Write TensorDicts stacked on dim 0; returns their indices (also set as ``"index"``).
-
-        The ``"index"`` entry is expanded over the batch dims of each item, if any.
-        """
-        index = super().extend(self._strip(data))
-        if (
-            isinstance(data, TensorDictBase)
-            and data.batch_dims >= 1
-            and not data.is_locked
-            and self._storage.ndim == 1
-            and index.shape[0] == data.shape[0]
-        ):
-            data.set("index", expand_to_items(index, tuple(data.batch_size)))
-        return index
-
-    def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from a sampled TensorDict's ``"index"`` and ``priority_key`` entries."""
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(
-                f"update_tensordict_priority expects a TensorDict, got {type(data).__name__}"
-            )
-        index = data.get("index", None)
-        if index is None:
-            raise ValueError(
-                "the TensorDict has no 'index' entry: sample it from this buffer first"
-            )
-        priority = data.get(self.priority_key, None)
-        if priority is None:
-            raise ValueError(f"the TensorDict has no priority entry at key {self.priority_key!r}")
-        storage = self._storage
-        if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
-            # an index expanded over the batch dims of each item: one per item (the
-            # priorities of an item's steps are reduced by the sampler's ``reduction``)
-            item = storage._item_index(index)
-            if item is not None:
-                index = item
-        self.update_priority(index, priority)
-
-
-class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
-    """A TensorDict replay buffer with prioritized sampling.
-
-    Samples carry ``"index"`` and ``"priority_weight"``; written data that holds
-    ``priority_key`` sets the priorities of the new items.
-
-    Args:
-        alpha: priority exponent.
-        beta: importance-sampling exponent.
-        priority_key: the priority entry (``"td_error"``).
-        eps: added to every priority (a priority of 0 is valid when ``eps > 0``).
-        reduction: how multi-dimensional priorities are reduced per item.
-        storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
-            generator, shared, compilable: as in :class:`ReplayBuffer`.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.9,
-        ...     storage=LazyTensorStorage(10), batch_size=4)
-        >>> _ = rb.extend(TensorDict({"obs": torch.randn(6, 2)}, [6]))
-        >>> sample = rb.sample()
-        >>> sample["td_error"] = torch.rand(4) + 0.1
-        >>> rb.update_tensordict_priority(sample)
-        >>> sorted(sample.keys())
-        ['index', 'obs', 'priority_weight', 'td_error']
-    """
-
-    def __init__(
-        self,
-        *,
-        alpha: float,
-        beta: float,
-        priority_key: Any = "td_error",
-        eps: float = 1e-8,
-        storage: Storage | None = None,
-        collate_fn: Callable | None = None,
-        pin_memory: bool = False,
-        prefetch: int | None = None,
-        transform: Any = None,
-        reduction: str = "max",
-        batch_size: int | None = None,
-        dim_extend: int | None = None,
-        generator: torch.Generator | None = None,
-        shared: bool = False,
-        compilable: bool | None = None,
-    ) -> None:
-        storage = storage if storage is not None else ListStorage(max_size=1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, reduction=reduction)
-        super().__init__(
-            priority_key=priority_key,
-            storage=storage,
-            sampler=sampler,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            prefetch=prefetch,
-            transform=transform,
-            batch_size=batch_size,
-            dim_extend=dim_extend,
-            generator=generator,
-            shared=shared,
-            compilable=compilable,
-        )
-
-    def extend(self, data: Any) -> torch.Tensor:
-        """Write TensorDicts; their ``priority_key`` entry, if present, sets the priorities."""
-        index = super().extend(data)
-        if isinstance(data, TensorDictBase) and index.numel():
-            priority = data.get(self.priority_key, None)
-            if priority is not None:
-                self.update_priority(self._storage._rows_to_flat(index), priority)
-        return index
+# Kept importable from here, the reference API's module for them.
+from tdrl.data.replay_buffers.tensordict_buffers import (  # noqa: E402
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)

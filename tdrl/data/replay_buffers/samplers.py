@@ -7,11 +7,21 @@ from typing import Any
 
 import torch
 
+from tdrl.data.replay_buffers.storage_base import EMPTY_SAMPLE_MSG
 from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
 
-__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement"]
+__all__ = [
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "PromptGroupSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
+]
 
-_EMPTY_MSG = "cannot sample from an empty replay buffer: extend it first"
 _INF = float("inf")
 _PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
 
@@ -23,6 +33,11 @@ class Sampler:
     items and ``info`` is a dict of extra per-item values (e.g. importance weights). Writes are
     reported through :meth:`add` / :meth:`extend` so stateful samplers can follow them.
 
+    Samplers drawing with replacement that have a without-replacement variant build it when
+    given ``replacement=False``: ``RandomSampler(replacement=False)`` is a
+    :class:`SamplerWithoutReplacement` (its keyword arguments, such as ``drop_last``, are
+    passed on), ``SliceSampler(replacement=False)`` a ``SliceSamplerWithoutReplacement``.
+
     Examples:
         >>> import torch
         >>> from tdrl.data.replay_buffers import LazyTensorStorage
@@ -32,6 +47,30 @@ class Sampler:
         >>> index.shape, info
         (torch.Size([3]), {})
     """
+
+    #: Whether the sampler draws with replacement (``replacement=False`` picks the variant).
+    _replacement: bool = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Sampler:
+        """Build the without-replacement variant when ``replacement=False`` is asked for."""
+        if kwargs.get("replacement", True) is False and cls._replacement:
+            variant = cls._without_replacement_variant()
+            if variant is None:
+                raise TypeError(
+                    f"{cls.__name__} has no without-replacement variant: replacement=False is "
+                    "not supported"
+                )
+            sampler = object.__new__(variant)
+            if not issubclass(variant, cls):
+                # Python initializes only instances of ``cls``: initialize the variant here
+                sampler.__init__(*args, **kwargs)
+            return sampler
+        return object.__new__(cls)
+
+    @classmethod
+    def _without_replacement_variant(cls) -> type | None:
+        """The class drawing without replacement that ``replacement=False`` builds, if any."""
+        return None
 
     def __init__(self) -> None:
         self._rng: torch.Generator | None = None
@@ -94,6 +133,10 @@ class Sampler:
 class RandomSampler(Sampler):
     """Draws items uniformly at random, with replacement.
 
+    Args:
+        replacement: ``False`` builds a :class:`SamplerWithoutReplacement` instead (with the
+            other keyword arguments given).
+
     Examples:
         >>> import torch
         >>> from tdrl.data.replay_buffers import ReplayBuffer, LazyTensorStorage
@@ -103,6 +146,13 @@ class RandomSampler(Sampler):
         torch.Size([4])
     """
 
+    def __init__(self, replacement: bool = True) -> None:
+        super().__init__()
+
+    @classmethod
+    def _without_replacement_variant(cls) -> type | None:
+        return SamplerWithoutReplacement
+
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """Draw ``batch_size`` indices uniformly among stored items."""
         return storage._rand_given_ndim(batch_size, self._rng), {}
@@ -111,12 +161,15 @@ class RandomSampler(Sampler):
 class SamplerWithoutReplacement(Sampler):
     """Draws each stored item once per epoch; :attr:`ran_out` turns true at the epoch's end.
 
-    A new epoch starts on the next call after the end of an epoch, or as soon as the number
-    of stored items changes.
+    Items written during an epoch join it; when fewer items are stored than when the epoch
+    began (the buffer was emptied), a new epoch starts. The items not drawn yet in the
+    current epoch are kept in ``_sample_list`` (and in :meth:`state_dict`); once an epoch is
+    used up, the next one is drawn at once.
 
     Args:
         drop_last: whether to drop the last, incomplete batch of an epoch.
         shuffle: whether to visit items in random order (else in storage order).
+        replacement: accepted for symmetry with :class:`RandomSampler`; must be ``False``.
 
     Examples:
         >>> import torch
@@ -128,46 +181,71 @@ class SamplerWithoutReplacement(Sampler):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+    _replacement = False
+
+    def __init__(
+        self, drop_last: bool = False, shuffle: bool = True, replacement: bool = False
+    ) -> None:
         super().__init__()
+        if replacement:
+            raise ValueError(
+                f"{type(self).__name__} draws without replacement: replacement must be False, "
+                f"got {replacement!r}"
+            )
         self.drop_last = drop_last
         self.shuffle = shuffle
-        self._order: torch.Tensor | None = None
-        self._position = 0
-        self._epoch_len = 0
+        self._sample_list: torch.Tensor | None = None
+        self.len_storage = 0
         self._ran_out = False
 
     def _new_epoch(self, length: int) -> None:
         if self.shuffle:
-            self._order = torch.randperm(length, generator=self._rng)
+            self._sample_list = torch.randperm(length, generator=self._rng)
         else:
-            self._order = torch.arange(length)
-        self._position = 0
-        self._epoch_len = length
+            self._sample_list = torch.arange(length)
+        self.len_storage = length
         self._ran_out = False
+
+    def _next_batch(self, count: int, batch_size: int) -> torch.Tensor:
+        """The next ``batch_size`` of the ``count`` things to visit (indices in ``[0, count)``).
+
+        Things added since the epoch began join it; fewer things than when it began start a
+        new one. When an epoch is used up, the next one is drawn at once (``ran_out`` tells).
+        """
+        remaining = self._sample_list
+        if remaining is None or count < self.len_storage:
+            self._new_epoch(count)
+        elif count > self.len_storage:
+            remaining = torch.cat([remaining, torch.arange(self.len_storage, count)])
+            if self.shuffle:
+                remaining = remaining[torch.randperm(remaining.numel(), generator=self._rng)]
+            self._sample_list = remaining
+            self.len_storage = count
+        remaining = self._sample_list
+        if self.drop_last and remaining.numel() < batch_size:
+            self._new_epoch(count)
+            remaining = self._sample_list
+        index = remaining[:batch_size]
+        rest = remaining[batch_size:]
+        ran_out = rest.numel() == 0 or (self.drop_last and rest.numel() < batch_size)
+        if ran_out:
+            self._new_epoch(count)
+        else:
+            self._sample_list = rest
+        self._ran_out = ran_out
+        return index
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """The next ``batch_size`` items of the current epoch."""
         length = len(storage)
         if length == 0:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         if self.drop_last and length < batch_size:
             raise ValueError(
-                f"cannot draw a full batch of {batch_size} items from {length} stored items with drop_last=True"
+                f"The batch size ({batch_size}) is greater than the storage capacity ({length} "
+                "items stored): with drop_last=True no full batch can be drawn"
             )
-        remaining = self._epoch_len - self._position
-        if (
-            self._order is None
-            or length != self._epoch_len
-            or remaining == 0
-            or (self.drop_last and remaining < batch_size)
-        ):
-            self._new_epoch(length)
-        index = self._order[self._position : self._position + batch_size]
-        self._position += index.numel()
-        remaining = self._epoch_len - self._position
-        self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
-        return storage._unravel(index), {}
+        return storage._unravel(self._next_batch(length, batch_size)), {}
 
     @property
     def ran_out(self) -> bool:
@@ -175,29 +253,28 @@ class SamplerWithoutReplacement(Sampler):
         return self._ran_out
 
     def _empty(self) -> None:
-        self._order = None
-        self._position = 0
-        self._epoch_len = 0
+        self._sample_list = None
+        self.len_storage = 0
         self._ran_out = False
 
     def state_dict(self) -> dict[str, Any]:
-        """Epoch order and position."""
+        """The items left in the epoch, the epoch's item count and whether it ran out."""
+        remaining = self._sample_list
         return {
-            "_order": None if self._order is None else self._order.clone(),
-            "_position": self._position,
-            "_epoch_len": self._epoch_len,
+            "_sample_list": None if remaining is None else remaining.clone(),
+            "len_storage": self.len_storage,
             "_ran_out": self._ran_out,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore epoch order and position."""
-        self._order = state_dict["_order"]
-        self._position = state_dict["_position"]
-        self._epoch_len = state_dict["_epoch_len"]
-        self._ran_out = state_dict["_ran_out"]
+        """Restore the epoch (the tensors are copied, not shared with ``state_dict``)."""
+        remaining = state_dict.get("_sample_list")
+        self._sample_list = None if remaining is None else torch.as_tensor(remaining).clone()
+        self.len_storage = int(state_dict.get("len_storage", 0))
+        self._ran_out = bool(state_dict.get("_ran_out", False))
 
     def __repr__(self) -> str:
-        return f"SamplerWithoutReplacement(drop_last={self.drop_last}, shuffle={self.shuffle})"
+        return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
 
 
 class PrioritizedSampler(Sampler):
@@ -313,7 +390,7 @@ class PrioritizedSampler(Sampler):
         """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
         length = len(storage)
         if not length:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         tree = self._tree
         # draws stay among stored items; ``value`` is the tree value of each drawn item
         index, value = tree.sample(batch_size, self._rng, length)
@@ -486,3 +563,14 @@ class PrioritizedSampler(Sampler):
             f"PrioritizedSampler(max_capacity={self._max_capacity}, alpha={self._alpha}, "
             f"beta={self._beta}, eps={self._eps}, reduction={self.reduction!r})"
         )
+
+
+# The other samplers live in their own modules; they are importable from here, where the
+# reference API's users (and its documentation's cross-references) look for every sampler.
+from tdrl.data.replay_buffers.group_sampler import PromptGroupSampler  # noqa: E402
+from tdrl.data.replay_buffers.prioritized_slice_sampler import PrioritizedSliceSampler  # noqa: E402
+from tdrl.data.replay_buffers.slice_samplers import (  # noqa: E402
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
+from tdrl.data.replay_buffers.staleness_sampler import StalenessAwareSampler  # noqa: E402

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "range_index"]
 
-_EMPTY_MSG = "the storage is empty: extend the replay buffer before sampling or indexing it"
+_EMPTY_MSG = "Cannot read from an empty storage: extend the replay buffer first"
+EMPTY_SAMPLE_MSG = "Cannot sample from an empty storage: extend the replay buffer first"
 
 
 def _out_of_range(index: Any, length: int) -> IndexError:
@@ -18,6 +19,18 @@ def _out_of_range(index: Any, length: int) -> IndexError:
         f"index out of range: expected indices in [-{length}, {length}) for a storage holding "
         f"{length} items, got {index}"
     )
+
+
+def range_index(index: range) -> slice | torch.Tensor:
+    """A ``range`` index as a slice (a view) when it walks forward from >= 0, else a tensor.
+
+    Examples:
+        >>> range_index(range(2, 8, 2)), range_index(range(3, -1, -1))
+        (slice(2, 8, 2), tensor([3, 2, 1, 0]))
+    """
+    if index.step > 0 and index.start >= 0:
+        return slice(index.start, index.stop, index.step)
+    return torch.tensor(index, dtype=torch.long)
 
 
 class Storage:
@@ -163,5 +176,5 @@ class Storage:
         """``batch_size`` uniformly drawn indices of stored items."""
         length = len(self)
         if length == 0:
-            raise RuntimeError(_EMPTY_MSG)
+            raise RuntimeError(EMPTY_SAMPLE_MSG)
         return self._unravel(torch.randint(length, (batch_size,), generator=generator))

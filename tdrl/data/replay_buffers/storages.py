@@ -7,25 +7,30 @@ This module holds the tensor storages; :class:`Storage` (the interface) and
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
-from tdrl.data.replay_buffers.list_storage import ListStorage
-from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range
+from tdrl.data.replay_buffers.list_storage import LazyStackStorage, ListStorage
+from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range, range_index
+from tdrl.data.replay_buffers.storage_state import from_plain_state, full_batch_size, plain_state
 from tdrl.data.replay_buffers.utils import (
     collect_leaves,
     expand_to_items,
     gather_source,
     keys_of,
+    retyped,
     tensordict_plan,
+    untyped,
 )
 
 __all__ = [
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "Storage",
@@ -39,80 +44,22 @@ def _as_tuple(key: Any) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
-def _plain_state(td: TensorDictBase) -> dict | TensorDictBase:
-    """``td`` as nested dicts of tensors, which ``torch.load(weights_only=True)`` accepts.
-
-    Non-tensor leaves have no such form: the tensordict itself is returned then.
-    """
-    entries: dict = {}
-    for key, value in td.items():
-        if isinstance(value, TensorDictBase):
-            value = _plain_state(value)
-            if isinstance(value, TensorDictBase):
-                return td
-        elif type(value) is not torch.Tensor:
-            return td
-        entries[key] = value
-    device = None if td.device is None else str(td.device)
-    return {"entries": entries, "batch_size": list(td.batch_size), "device": device}
-
-
-def _from_plain_state(state: dict | TensorDictBase) -> TensorDictBase:
-    """Inverse of :func:`_plain_state` (a tensordict passes through)."""
-    if isinstance(state, TensorDictBase):
-        return state
-    source = {
-        key: value if isinstance(value, torch.Tensor) else _from_plain_state(value)
-        for key, value in state["entries"].items()
-    }
-    return TensorDict(source, batch_size=state["batch_size"], device=state["device"])
-
-
-def _common_prefix(shapes: list[torch.Size]) -> tuple[int, ...]:
-    prefix = tuple(shapes[0])
-    for shape in shapes[1:]:
-        size = 0
-        while size < min(len(prefix), len(shape)) and prefix[size] == shape[size]:
-            size += 1
-        prefix = prefix[:size]
-    return prefix
-
-
-def full_batch_size(td: TensorDictBase, ndim: int) -> TensorDictBase:
-    """Restore the batch size of stored TensorDicts saved by versions that cut it to ``ndim`` dims.
-
-    Those versions kept the batch sizes of nested TensorDicts whole, and every nested
-    batch size and leaf shape starts with the root's: the root batch size is recovered as
-    their longest common prefix. Without nested TensorDicts nothing tells the cut dims
-    apart from feature dims, and ``td`` is returned unchanged.
-    """
-    if td.batch_dims != ndim:
-        return td
-    nodes, leaves = [], []
-    for key in td.keys(include_nested=True):
-        value = td.get(key)
-        (nodes if isinstance(value, TensorDictBase) else leaves).append(
-            value.batch_size if isinstance(value, TensorDictBase) else value.shape
-        )
-    if not nodes:
-        return td
-    prefix = _common_prefix(nodes + leaves)
-    if len(prefix) > ndim:
-        td.batch_size = prefix
-    return td
-
-
 class TensorStorage(Storage):
     """A storage over contiguous tensors: a tensor, a TensorDict or a pytree of tensors.
 
     All items share one structure; reading a batch is one gather per leaf. ``len`` counts
     items over the first ``ndim`` dimensions (e.g. ``[B, T]`` frames with ``ndim=2``).
+    A storage built on a container holds all its rows: its length is the container's
+    leading size (pre-filled data, e.g. a dataset read through an
+    :class:`ImmutableDatasetWriter`); a writer then overwrites it from row 0. Tensorclasses
+    are stored as their TensorDicts and read back as tensorclasses.
     A stored TensorDict keeps its whole batch size: the batch dims after the first ``ndim``
     belong to each item (``[N, T]`` trajectories in a ``ndim=1`` storage sample as
     ``[batch, T]``).
 
     Args:
-        storage: the preallocated container; its leading dimension is the capacity.
+        storage: the preallocated container (a tensor, TensorDict, tensorclass or pytree of
+            tensors); its leading dimension is the capacity.
         max_size: capacity along the first dimension (defaults to the storage's).
         device: the device of the storage (taken from ``storage`` when given).
         ndim: how many leading dimensions index items.
@@ -121,9 +68,9 @@ class TensorStorage(Storage):
     Examples:
         >>> import torch
         >>> storage = TensorStorage(torch.zeros(10, 3))
-        >>> storage.set(slice(0, 2), torch.ones(2, 3))
-        >>> len(storage), storage.get(1)
-        (2, tensor([1., 1., 1.]))
+        >>> storage.set(range(2), torch.ones(2, 3))
+        >>> len(storage), storage.get(1), storage.get(9)
+        (10, tensor([1., 1., 1.]), tensor([0., 0., 0.]))
     """
 
     def __init__(
@@ -138,13 +85,20 @@ class TensorStorage(Storage):
         if int(ndim) < 1:
             raise ValueError(f"ndim must be >= 1, got {ndim}")
         self.ndim = int(ndim)
-        self._len_tensor = torch.zeros((), dtype=torch.int64)
-        self._len_np = self._len_tensor.numpy()
+        # length along dim 0, mutation revision, last row written (-1: none); shared with the
+        # processes a shared storage is sent to
+        self._counters = torch.tensor([0, 0, -1], dtype=torch.int64)
+        self._bind_counters()
         self._kind: str | None = None
         self._td: TensorDictBase | None = None
         self._treespec = None
+        self._tc_types: dict[tuple, type] | None = None
+        # per-row write generations (-1: never written), kept once a writer asks for them
+        self._slot_generations: torch.Tensor | None = None
+        self._tracks_generations = False
         if storage is not None:
             self._adopt(storage)
+            self._len_np[()] = self._td.shape[0]
             if max_size is None:
                 max_size = self._td.shape[0]
             elif int(max_size) != self._td.shape[0]:
@@ -166,10 +120,10 @@ class TensorStorage(Storage):
         return self._td is not None
 
     def _adopt(self, storage: Any) -> None:
-        """Wrap a container (tensor, TensorDict or pytree) as the internal TensorDict."""
-        if isinstance(storage, TensorDictBase):
+        """Wrap a container (tensor, TensorDict, tensorclass or pytree) as the internal TensorDict."""
+        if isinstance(storage, TensorDictBase) or is_tensorclass(storage):
             self._kind = "tensordict"
-            td = storage
+            td, self._tc_types = untyped(storage)
         elif isinstance(storage, torch.Tensor):
             self._kind = "tensor"
             td = TensorDict({_TENSOR_KEY: storage}, batch_size=storage.shape[: self.ndim])
@@ -194,6 +148,10 @@ class TensorStorage(Storage):
 
     def _build_plans(self) -> None:
         td = self._td
+        if self._tracks_generations and (
+            self._slot_generations is None or self._slot_generations.numel() != td.shape[0]
+        ):
+            self._allocate_generations()
         self._plan = tensordict_plan(td, td.batch_dims)
         self._keys = keys_of(self._plan)
         self._leaves = [td.get(key) for key in self._keys]
@@ -208,22 +166,64 @@ class TensorStorage(Storage):
         )
         self._out_device = self._td.device
 
+    def _bind_counters(self) -> None:
+        counters = self._counters.numpy()
+        self._counters_np = counters
+        self._len_np = counters[0:1].reshape(())
+
     def _share_len(self) -> None:
-        """Move the length to shared memory so other processes see it."""
-        self._len_tensor.share_memory_()
-        self._len_np = self._len_tensor.numpy()
+        """Move the length and counters to shared memory so other processes see them."""
+        self._counters.share_memory_()
+        self._bind_counters()
+        if self._slot_generations is not None and self._slot_generations.is_cpu:
+            self._slot_generations.share_memory_()
+
+    # -- write generations -------------------------------------------------------------------------
+    def _enable_generations(self) -> None:
+        """Keep a write generation per row (asked for by writers with ``track_generations``)."""
+        self._tracks_generations = True
+        if self._td is not None and self._slot_generations is None:
+            self._allocate_generations()
+
+    def _allocate_generations(self) -> None:
+        rows = self._td.shape[0]
+        generations = torch.full((rows,), -1, dtype=torch.int64, device=self._td.device)
+        if self._counters.is_shared() and generations.is_cpu:
+            generations.share_memory_()
+        self._slot_generations = generations
+
+    def _advance_generations(self, rows: torch.Tensor) -> None:
+        """Count one write per entry of ``rows`` (repeated rows were written several times)."""
+        generations = self._slot_generations
+        if generations is not None:
+            rows = rows.reshape(-1).to(generations.device, torch.long)
+            generations.index_add_(0, rows, torch.ones_like(rows))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np"):
+        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np", "_counters_np"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._len_np = self._len_tensor.numpy()
+        self._bind_counters()
         if self._td is not None:
             self._build_plans()
+
+    @property
+    def _mutation_revision(self) -> int:
+        """How many writes (and empties) the storage has seen, in every process sharing it.
+
+        Samplers caching what they derived from the content (trajectories, groups) compare
+        it to tell whether the content changed, whoever wrote it.
+        """
+        return int(self._counters_np[1])
+
+    @property
+    def _last_cursor_index(self) -> int:
+        """The last row a writer wrote (the newest item), or -1 before any write."""
+        return int(self._counters_np[2])
 
     @property
     def _storage(self) -> Any:
@@ -234,7 +234,7 @@ class TensorStorage(Storage):
 
     def _wrap(self, td: TensorDictBase) -> Any:
         if self._kind == "tensordict":
-            return td
+            return td if self._tc_types is None else retyped(td, self._tc_types)
         if self._kind == "tensor":
             return td.get(_TENSOR_KEY)
         return _pytree.tree_unflatten(
@@ -245,11 +245,20 @@ class TensorStorage(Storage):
         """The leaves of ``data`` in storage order; a clear error when the structure differs."""
         if self._kind == "tensordict":
             if not isinstance(data, TensorDictBase):
-                raise TypeError(
-                    f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
-                )
+                if is_tensorclass(data):
+                    data = data._tensordict
+                else:
+                    raise TypeError(
+                        f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
+                    )
             leaves: list[torch.Tensor] = []
-            collect_leaves(data, self._plan, (), leaves)
+            try:
+                collect_leaves(data, self._plan, (), leaves)
+            except ValueError:
+                if not self.add_entries(data):
+                    raise
+                leaves = []
+                collect_leaves(data, self._plan, (), leaves)
             return leaves
         if self._kind == "tensor":
             if not isinstance(data, torch.Tensor):
@@ -267,8 +276,14 @@ class TensorStorage(Storage):
         return leaves
 
     # -- lazy allocation -----------------------------------------------------------------------
-    def _init(self, data: Any, batched: bool) -> None:
-        """Allocate the storage from the structure of the first data written."""
+    def _init(self, data: Any, batched: bool = False) -> None:
+        """Allocate the storage from the structure of the first data written.
+
+        ``data`` is one item, or items stacked along dim 0 when ``batched``.
+        """
+        tc_types = None
+        if is_tensorclass(data):
+            data, tc_types = untyped(data)
         if isinstance(data, TensorDictBase):
             kind = "tensordict"
             keys = [_as_tuple(key) for key in data.keys(include_nested=True, leaves_only=True)]
@@ -319,6 +334,7 @@ class TensorStorage(Storage):
                 node = node.setdefault(part, {})
             node[key[-1]] = tensor
         self._kind = kind
+        self._tc_types = tc_types
         td_batch = (rows, *item) if kind == "tensordict" else (rows, *other)
         td = TensorDict(source, batch_size=td_batch, device=self._storage_device())
         if kind == "tensordict":
@@ -336,23 +352,75 @@ class TensorStorage(Storage):
     def _storage_device(self) -> torch.device | None:
         return self.device
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
-        raise RuntimeError(
-            f"{type(self).__name__} was not given a storage; use LazyTensorStorage to allocate lazily"
-        )
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        """Tensors for ``template`` entries ``(key, shape, dtype)``, the first being leaf ``first``."""
+        if self._td is None:
+            raise RuntimeError(
+                f"{type(self).__name__} was not given a storage; use LazyTensorStorage to "
+                "allocate lazily"
+            )
+        return [
+            torch.empty(shape, dtype=dtype, device=self._td.device) for _, shape, dtype in template
+        ]
+
+    def add_entries(self, data: TensorDictBase) -> bool:
+        """Allocate, zero-filled, the entries of ``data`` that the stored TensorDicts lack.
+
+        A write may then bring keys the first data written did not have; the rows not
+        written to hold zeros in them. The dims of ``data``'s entries past its batch dims
+        are those of one stored value. In a storage shared with other processes, the new
+        entries exist in this process only.
+
+        Args:
+            data: a TensorDict whose batch dims cover the stored items' batch dims.
+
+        Returns:
+            whether entries were added.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> storage = LazyTensorStorage(4)
+            >>> storage.set(range(2), TensorDict({"a": torch.ones(2)}, [2]))
+            >>> storage.set(range(2), TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]))
+            >>> storage.get(slice(None))["b"].shape
+            torch.Size([2, 3])
+        """
+        if self._td is None or self._kind != "tensordict" or not isinstance(data, TensorDictBase):
+            return False
+        stored = set(self._keys)
+        template = []
+        for key in data.keys(include_nested=True, leaves_only=True):
+            key = _as_tuple(key)
+            if key in stored or any(key[:i] in stored for i in range(1, len(key))):
+                continue
+            value = data.get(key)
+            if not isinstance(value, torch.Tensor) or value.ndim < data.batch_dims:
+                continue
+            shape = (*self._td.shape, *value.shape[data.batch_dims :])
+            template.append((key, shape, value.dtype))
+        if not template:
+            return False
+        for (key, _, _), tensor in zip(template, self._allocate(template, first=len(self._keys))):
+            tensor.zero_()
+            self._td.set(key, tensor)
+        self._build_plans()
+        return True
 
     # -- writing -------------------------------------------------------------------------------
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at ``cursor``.
 
         Args:
-            cursor: an int (one item), a slice or an index tensor along the first dimension;
-                with ``ndim > 1``, also the multi-dimensional indices sampling returns: a
-                tuple of index tensors (one per dim) or an index tensor of shape
+            cursor: an int (one item), a slice, a ``range`` or an index tensor along the first
+                dimension; with ``ndim > 1``, also the multi-dimensional indices sampling
+                returns: a tuple of index tensors (one per dim) or an index tensor of shape
                 ``[n, ndim]``, as :meth:`get` takes them.
             data: one item (int cursor) or items stacked along a leading dimension.
             set_cursor: whether the write may grow ``len(self)``.
         """
+        if isinstance(cursor, range):
+            cursor = range_index(cursor)
         single = isinstance(cursor, (int, np.integer))
         if self._td is None:
             self._init(data, batched=not single)
@@ -378,6 +446,7 @@ class TensorStorage(Storage):
                 if src.shape != expected and not (not single and cursor.ndim == 0):
                     raise self._shape_error(key, torch.Size(expected), src.shape)
                 dst[cursor] = src
+        self._counters_np[1] += 1
         if set_cursor:
             self._grow(cursor)
 
@@ -443,12 +512,19 @@ class TensorStorage(Storage):
             cursor = cursor[0]
         if isinstance(cursor, slice):
             end = cursor.stop
+            last = end - 1
         elif isinstance(cursor, (int, np.integer)):
             end = int(cursor) + 1
+            last = int(cursor)
+        elif cursor.numel():
+            end = int(cursor.max()) + 1
+            last = int(cursor.reshape(-1)[-1])
         else:
-            end = int(cursor.max()) + 1 if cursor.numel() else 0
+            return
+        rows = self._td.shape[0]
+        self._counters_np[2] = last % rows
         if end > int(self._len_np):
-            self._len_np[()] = min(end, self._td.shape[0])
+            self._len_np[()] = min(end, rows)
 
     def _max_rows(self, data: Any = None, batched: bool = True) -> int:
         if self._td is not None:
@@ -469,8 +545,27 @@ class TensorStorage(Storage):
         per_row = math.prod(self._td.shape[1 : self.ndim])
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
+    def _leaf(self, key: Any) -> torch.Tensor:
+        """The stored tensor of entry ``key`` (all rows), for writes in place."""
+        value = None
+        if self._td is not None and self._kind == "tensordict":
+            value = self._td.get(key, None)
+        if not isinstance(value, torch.Tensor):
+            keys = [] if self._td is None else list(self._td.keys(True, True))
+            raise KeyError(f"no entry {key!r} in the stored data (stored keys: {keys})")
+        return value
+
+    def _mark_written(self) -> None:
+        """Count a write made through a view of the content (not through :meth:`set`)."""
+        self._counters_np[1] += 1
+
     def _set_len_along_dim0(self, length: int) -> None:
-        self._len_np[()] = length
+        """Set the filled length (after content was written directly, e.g. by a checkpointer)."""
+        counters = self._counters_np
+        counters[0] = length
+        counters[1] += 1
+        if self._td is not None and length < self._td.shape[0]:
+            counters[2] = length - 1
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -497,7 +592,7 @@ class TensorStorage(Storage):
         return self._td[: int(self._len_np)]
 
     def get(self, index: Any) -> Any:
-        """Read items: an int, a slice, an index tensor / list along dim 0, or a tuple of those.
+        """Read items: an int, a slice, a range, an index tensor / list along dim 0, or a tuple.
 
         With ``ndim > 1`` an integer tensor of shape ``[n, ndim]`` holds coordinates (as the
         ``"index"`` entry of samples does) and reads ``n`` items.
@@ -505,6 +600,8 @@ class TensorStorage(Storage):
         if self._td is None:
             raise RuntimeError(_EMPTY_MSG)
         length = int(self._len_np)
+        if isinstance(index, range):
+            index = range_index(index)
         if isinstance(index, (int, np.integer)):
             if not -length <= index < length:
                 raise _out_of_range(int(index), length)
@@ -550,7 +647,8 @@ class TensorStorage(Storage):
             if self._trailing:
                 extra = {key: expand_to_items(value, batch) for key, value in extra.items()}
             source.update(extra)
-        return TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+        out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+        return out if self._tc_types is None else retyped(out, self._tc_types)
 
     def _gather(self, index: Any, extra: dict | None = None) -> Any:
         """Read sampled items with one gather per leaf (indices are trusted)."""
@@ -591,7 +689,14 @@ class TensorStorage(Storage):
 
     # -- state ---------------------------------------------------------------------------------
     def _empty(self) -> None:
-        self._len_np[()] = 0
+        counters = self._counters_np
+        counters[0] = 0
+        counters[1] += 1
+        counters[2] = -1
+        generations = self._slot_generations
+        if generations is not None:
+            # handles on emptied rows go stale; rows never written stay at -1
+            generations.add_((generations >= 0).long())
 
     def state_dict(self) -> dict[str, Any]:
         """Content (nested dicts of tensors), length and layout, for ``torch.save``.
@@ -600,10 +705,11 @@ class TensorStorage(Storage):
         reads it back whatever the installed tensordict version.
         """
         return {
-            "_storage": None if self._td is None else _plain_state(self._td.to_tensordict()),
+            "_storage": None if self._td is None else plain_state(self._td.to_tensordict()),
             "full_batch_size": True,
             "initialized": self._td is not None,
             "_len": int(self._len_np),
+            "_last_cursor": self._last_cursor_index,
             "kind": self._kind,
             "treespec": None if self._treespec is None else _pytree.treespec_dumps(self._treespec),
         }
@@ -612,7 +718,7 @@ class TensorStorage(Storage):
         """Restore content and length; allocates the storage first when it is still lazy."""
         content = state_dict["_storage"]
         if content is not None:
-            content = _from_plain_state(content)
+            content = from_plain_state(content)
             kind = state_dict.get("kind", "tensordict")
             if kind == "tensordict" and not state_dict.get("full_batch_size"):
                 content = full_batch_size(content, self.ndim)
@@ -638,7 +744,10 @@ class TensorStorage(Storage):
                     f"state shape mismatch: expected storage shape {tuple(self._td.shape)}, got {tuple(content.shape)}"
                 )
             self._td.update_(content)
-        self._len_np[()] = int(state_dict["_len"])
+        counters = self._counters_np
+        counters[0] = int(state_dict["_len"])
+        counters[1] += 1
+        counters[2] = int(state_dict.get("_last_cursor", -1))
 
     def __repr__(self) -> str:
         shape = None if self._td is None else tuple(self._td.shape)
@@ -654,6 +763,9 @@ class LazyTensorStorage(TensorStorage):
         device: where to allocate (``"cpu"``, ``"cuda"``...).
         ndim: how many leading dimensions index items.
         compilable: accepted for API compatibility; it has no effect.
+        shared_init: allocate in shared memory, so that a buffer passed to other processes
+            (before or after its first write) writes to the same tensors. Shared memory is
+            CPU memory: another ``device`` is replaced by ``"cpu"``, with a warning.
 
     Examples:
         >>> import torch
@@ -671,13 +783,23 @@ class LazyTensorStorage(TensorStorage):
         device: torch.device | str = "cpu",
         ndim: int = 1,
         compilable: bool = False,
+        shared_init: bool = False,
     ) -> None:
         super().__init__(
             storage=None, max_size=max_size, device=device, ndim=ndim, compilable=compilable
         )
-        self._shared_init = False
+        self._shared_init = bool(shared_init)
+        if self._shared_init:
+            self._share_len()
 
-    def _allocate(self, template: list) -> list[torch.Tensor]:
+    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        if self._shared_init and self.device is not None and self.device.type != "cpu":
+            warnings.warn(
+                f"{type(self).__name__}: shared_init allocates in shared (CPU) memory; the "
+                f"device {self.device} cannot be honored, the storage is on cpu",
+                stacklevel=4,
+            )
+            self.device = torch.device("cpu")
         tensors = [
             torch.empty(shape, dtype=dtype, device=self.device) for _, shape, dtype in template
         ]

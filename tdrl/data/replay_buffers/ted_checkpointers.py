@@ -30,8 +30,15 @@ from tdrl.data.replay_buffers.checkpointers import (
     _storage_layout,
     _timeline_of,
 )
-from tdrl.data.replay_buffers.slice_samplers import Timeline, storage_timeline
-from tdrl.data.ted import H5Combine, H5Split, duplicated_keys, find_stops, restore_next
+from tdrl.data.replay_buffers.trajectories import Timeline, storage_timeline
+from tdrl.data.ted import (
+    DEFAULT_DONE_KEYS,
+    H5Combine,
+    H5Split,
+    duplicated_keys,
+    find_stops,
+    restore_next,
+)
 
 __all__ = ["FlatStorageCheckpointer", "H5StorageCheckpointer", "NestedStorageCheckpointer"]
 
@@ -86,9 +93,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         done_key: Any = ("next", "done"),
         **kwargs: Any,
     ) -> None:
-        self.done_keys = (
-            tuple(done_keys) if done_keys is not None else ("done", "truncated", "terminated")
-        )
+        self.done_keys = tuple(done_keys) if done_keys is not None else DEFAULT_DONE_KEYS
         self.reward_keys = tuple(reward_keys) if reward_keys is not None else ("reward",)
         self.done_key = done_key
 
@@ -182,7 +187,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
                 root = load_tensor(folder, root_entry, f"entry {key[1:]}")
                 value = restore_next(root, stops, value, 1)
             dst.index_copy_(0, order, value.to(dst.device))
-        storage._len_tensor.fill_(timeline.length)
+        storage._set_len_along_dim0(timeline.length)
 
 
 class NestedStorageCheckpointer(FlatStorageCheckpointer):
@@ -341,4 +346,4 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
                 raise ValueError(f"damaged checkpoint: entry {key} is missing from {file}")
             dst = _flat_view(td.get(key), storage.ndim)
             dst.index_copy_(0, order, value.to(device=dst.device, dtype=dst.dtype))
-        storage._len_tensor.fill_(timeline.length)
+        storage._set_len_along_dim0(timeline.length)

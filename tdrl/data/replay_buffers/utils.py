@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    is_non_tensor,
+    is_tensorclass,
+)
 from torch.utils import _pytree
+
+from tdrl.data.replay_buffers.errors import DataValueError
 
 __all__ = [
     "collect_leaves",
@@ -16,9 +25,12 @@ __all__ = [
     "keys_of",
     "leading_dim",
     "move_extend_dim",
+    "retyped",
     "slice_data",
     "stack_items",
     "tensordict_plan",
+    "tree_iter",
+    "untyped",
 ]
 
 _EXTEND_TYPES = "a tensor, a TensorDict, a list of items or a pytree of tensors stacked along dim 0"
@@ -122,8 +134,16 @@ def slice_data(data: Any, index: Any) -> Any:
     return _pytree.tree_map(lambda leaf: leaf[index], data)
 
 
-def stack_items(items: list) -> Any:
+def stack_items(items: list, strict: bool = False) -> Any:
     """Stack a list of items: TensorDicts, tensors or pytrees of tensors; other lists stay lists.
+
+    Args:
+        items: the items.
+        strict: raise when items of tensors cannot be stacked (shapes differ) instead of
+            returning the list.
+
+    Raises:
+        DataValueError: with ``strict``, when stacking failed (the message gives the cause).
 
     Examples:
         >>> import torch
@@ -137,16 +157,19 @@ def stack_items(items: list) -> Any:
     first = items[0]
     if isinstance(first, TensorDictBase):
         return LazyStackedTensorDict.maybe_dense_stack(items)
-    if isinstance(first, torch.Tensor):
-        try:
-            return torch.stack(items)
-        except RuntimeError:
-            return items
-    leaves = _pytree.tree_leaves(first)
+    leaves = [first] if isinstance(first, torch.Tensor) else _pytree.tree_leaves(first)
     if leaves and all(isinstance(leaf, torch.Tensor) for leaf in leaves):
         try:
+            if isinstance(first, torch.Tensor):
+                return torch.stack(items)
             return _pytree.tree_map(lambda *xs: torch.stack(xs), *items)
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError) as err:
+            if strict:
+                raise DataValueError(
+                    f"Stacking the elements of the list resulted in an error: {err}. Items "
+                    "written to a tensor storage must share their structure and shapes; a "
+                    "ListStorage keeps items of any shape"
+                ) from err
             return items
     if isinstance(first, (int, float, bool)) and all(type(x) is type(first) for x in items):
         return torch.tensor(items)
@@ -216,6 +239,9 @@ def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> 
             out.append(value)
         else:
             if not isinstance(value, TensorDictBase):
+                if is_tensorclass(value) and not is_non_tensor(value):
+                    collect_leaves(value._tensordict, entry, (*prefix, key), out)
+                    continue
                 raise ValueError(
                     f"data structure mismatch at key {(*prefix, key)}: expected a TensorDict, "
                     f"got {type(value).__name__}"
@@ -231,8 +257,11 @@ def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> 
 
 
 def move_extend_dim(data: Any, dim: int) -> Any:
-    """Move the ``dim_extend`` dim of ``data`` (a tensor, TensorDict or pytree) to the front."""
-    if isinstance(data, TensorDictBase):
+    """Swap the ``dim_extend`` dim of ``data`` (a tensor, TensorDict or pytree) with the first.
+
+    The swap is its own inverse: it also puts the first dim of stored data back in place.
+    """
+    if isinstance(data, TensorDictBase) or is_tensorclass(data):
         shape = data.batch_size
     elif isinstance(data, torch.Tensor):
         shape = data.shape
@@ -243,6 +272,60 @@ def move_extend_dim(data: Any, dim: int) -> Any:
             f"extend writes along dim {dim} (dim_extend): expected data with at least "
             f"{dim + 1} batch dims, got batch size {tuple(shape)}"
         )
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
+    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
         return data.transpose(dim, 0)
     return _pytree.tree_map(lambda leaf: leaf.transpose(dim, 0), data)
+
+
+def tree_iter(data: Any) -> Iterator[Any]:
+    """Iterate over the leaves of a pytree (tensors of a TensorDict, items of nested containers).
+
+    Examples:
+        >>> import torch
+        >>> [leaf.shape for leaf in tree_iter({"a": torch.zeros(2), "b": (torch.ones(3),)})]
+        [torch.Size([2]), torch.Size([3])]
+    """
+    if isinstance(data, TensorDictBase):
+        yield from data.values(include_nested=True, leaves_only=True)
+        return
+    yield from _pytree.tree_leaves(data)
+
+
+def untyped(data: Any) -> tuple[TensorDictBase, dict[tuple, type] | None]:
+    """A tensorclass (or a TensorDict holding tensorclasses) as a plain TensorDict, and its types.
+
+    The types map the key of each tensorclass (``()`` for the root) to its class, for
+    :func:`retyped`; when ``data`` holds no tensorclass it is returned as is, with ``None``.
+    Tensors are shared, not copied.
+    """
+    types: dict[tuple, type] = {}
+    plain = _untyped(data, (), types)
+    return (plain, types) if types else (data, None)
+
+
+def _is_node(value: Any) -> bool:
+    return isinstance(value, TensorDictBase) or (is_tensorclass(value) and not is_non_tensor(value))
+
+
+def _untyped(data: Any, prefix: tuple, types: dict) -> TensorDictBase:
+    if is_tensorclass(data):
+        types[prefix] = type(data)
+        data = data._tensordict
+    if not any(_is_node(value) for value in data.values()):
+        return data
+    source = {
+        key: _untyped(value, (*prefix, key), types) if _is_node(value) else value
+        for key, value in data.items()
+    }
+    return TensorDict._new_unsafe(source=source, batch_size=data.batch_size, device=data.device)
+
+
+def retyped(td: TensorDictBase, types: dict[tuple, type]) -> Any:
+    """Inverse of :func:`untyped`: rebuild the tensorclasses of ``td`` (``td`` is not modified)."""
+    root = types.get(())
+    nested = sorted((key for key in types if key), key=len, reverse=True)
+    if nested:
+        td = td.copy()
+        for key in nested:
+            td.set(key, types[key]._from_tensordict(td.get(key)))
+    return root._from_tensordict(td) if root is not None else td

@@ -8,8 +8,9 @@ from multiprocessing import context as _mp_context
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 
+from tdrl.data.replay_buffers.errors import DataTypeError
 from tdrl.data.replay_buffers.utils import leading_dim, slice_data
 
 __all__ = [
@@ -35,8 +36,18 @@ class Writer:
     The cursor and the write count live in a small shared-memory tensor and every write holds
     a process-safe lock, so several processes extending a shared storage lose no item.
 
+    With ``track_generations=True`` the storage counts the writes of each row (its
+    *generation*; -1 for a row never written, +1 per write and per :meth:`empty`), so a
+    handle ``(index, generation)`` taken when an item was written or sampled tells later
+    whether the row still holds that item (:meth:`generations_of`): samples then carry an
+    ``"index_generation"`` entry, and :meth:`ReplayBuffer.update_if_present` writes only to
+    the rows whose item is still there. The generations live on the storage: every writer
+    sharing it advances them.
+
     Args:
         compilable: accepted for API compatibility; it has no effect.
+        track_generations: keep write generations (off by default: it costs one int64 per
+            row and a gather per sample).
 
     Examples:
         >>> import torch
@@ -49,16 +60,94 @@ class Writer:
         tensor([3, 0])
     """
 
-    def __init__(self, compilable: bool = False) -> None:
+    def __init__(self, compilable: bool = False, track_generations: bool = False) -> None:
         self._storage = None
         self._rng: torch.Generator | None = None
         self._state = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._state_np = self._state.numpy()
         self._lock = _new_lock()
+        self._track_generations = bool(track_generations)
+        self._own_generation: torch.Tensor | None = None
 
     def register_storage(self, storage: Any) -> None:
         """Attach the storage this writer writes into."""
         self._storage = storage
+        if self._track_generations:
+            enable = getattr(storage, "_enable_generations", None)
+            if enable is None:
+                raise TypeError(
+                    f"track_generations needs a tensor storage, got {type(storage).__name__}"
+                )
+            enable()
+
+    # -- write generations -------------------------------------------------------------------------
+    @property
+    def tracks_generations(self) -> bool:
+        """Whether this writer was built with ``track_generations=True``."""
+        return self._track_generations
+
+    @property
+    def _generation(self) -> torch.Tensor | None:
+        """The generation of every row (the storage's once it is allocated)."""
+        shared = getattr(self._storage, "_slot_generations", None)
+        return shared if shared is not None else self._own_generation
+
+    @_generation.setter
+    def _generation(self, value: Any) -> None:
+        value = torch.as_tensor(value, dtype=torch.int64)
+        shared = getattr(self._storage, "_slot_generations", None)
+        if shared is not None and shared.shape == value.shape:
+            shared.copy_(value)
+        else:
+            self._own_generation = value.clone()
+
+    def generations_of(self, index: Any) -> torch.Tensor:
+        """The current generation of the rows ``index`` points at (-1: never written or unknown).
+
+        ``index`` is a tensor of rows, ``[n, ndim]`` coordinates (as ``extend`` and sampling
+        return them for multi-dim storages; their row is read), or a tuple of index tensors
+        (the row is the first). Rows out of range give -1, as do writers that do not track
+        generations.
+        """
+        if isinstance(index, tuple):
+            rows = torch.as_tensor(index[0])
+        else:
+            rows = torch.as_tensor(index)
+            ndim = getattr(self._storage, "ndim", 1)
+            if ndim > 1 and rows.ndim >= 2 and rows.shape[-1] == ndim:
+                rows = rows[..., 0]
+        rows = rows.to(torch.long)
+        out = torch.full(rows.shape, -1, dtype=torch.int64, device=rows.device)
+        generations = self._generation if self._track_generations else None
+        if generations is None:
+            return out
+        valid = (rows >= 0) & (rows < generations.numel())
+        out[valid] = generations.to(rows.device)[rows[valid]]
+        return out
+
+    def _wrote(self, rows: Any) -> None:
+        """Advance the generations of the rows written (every writer does, tracking or not)."""
+        storage = self._storage
+        if getattr(storage, "_slot_generations", None) is not None:
+            rows = torch.as_tensor(rows).reshape(-1)
+            storage._advance_generations(rows)
+
+    def write_at(self, index: Any, data: Any) -> torch.Tensor:
+        """Write items at the rows ``index`` rather than at the cursor (which does not move).
+
+        Args:
+            index: the rows (a tensor, list or range), one per item of ``data``.
+            data: items stacked along dim 0.
+
+        Returns:
+            the rows written, as a tensor.
+        """
+        rows = torch.as_tensor(list(index) if isinstance(index, range) else index, dtype=torch.long)
+        with self._lock:
+            self._storage.set(rows, data)
+            self._wrote(rows)
+            self._state_np[1] += rows.numel()
+        return rows
 
     def add(self, data: Any) -> Any:
         """Write one item; returns its index."""
@@ -80,13 +169,24 @@ class Writer:
     def _write_count(self) -> int:
         return int(self._state_np[1])
 
-    def _empty(self) -> None:
-        self._state.zero_()
+    @_write_count.setter
+    def _write_count(self, value: int) -> None:
+        self._state_np[1] = int(value)
+
+    def _empty(self, empty_write_count: bool = True) -> None:
+        if empty_write_count:
+            self._state.zero_()
+        else:
+            self._state_np[0] = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Cursor and write count."""
+        """Cursor, write count and (when tracked) the row generations."""
         cursor, count = self._state.tolist()
-        return {"_cursor": cursor, "_write_count": count}
+        state: dict[str, Any] = {"_cursor": cursor, "_write_count": count}
+        generation = self._generation if self._track_generations else None
+        if generation is not None:
+            state["_generation"] = generation.clone()
+        return state
 
     def dumps(self, path: str | os.PathLike) -> None:
         """Save :meth:`state_dict` under the folder ``path`` (memory-mapped tensors + JSON)."""
@@ -101,8 +201,11 @@ class Writer:
         load_state(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore cursor and write count."""
+        """Restore cursor, write count and row generations (when saved)."""
         self._state.copy_(torch.tensor([state_dict["_cursor"], state_dict.get("_write_count", 0)]))
+        generation = state_dict.get("_generation")
+        if generation is not None and self._track_generations:
+            self._generation = generation
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -145,6 +248,8 @@ class RoundRobinWriter(Writer):
             storage.set(cursor, data)
             state[0] = (cursor + 1) % storage._max_rows(data, batched=False)
             state[1] += 1
+            if getattr(storage, "_slot_generations", None) is not None:
+                storage._advance_generations(torch.tensor([cursor]))
         return cursor
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -176,6 +281,9 @@ class RoundRobinWriter(Writer):
                     index = positions
             state[0] = (cursor + written) % rows
             state[1] += count_new
+            if getattr(storage, "_slot_generations", None) is not None:
+                # every item counts, also those overwritten within this very write
+                storage._advance_generations(index)
         return index
 
 
@@ -214,6 +322,10 @@ class ImmutableDatasetWriter(Writer):
         """Refuse the write."""
         raise RuntimeError(self._MSG)
 
+    def write_at(self, index: Any, data: Any) -> torch.Tensor:
+        """Refuse the write."""
+        raise RuntimeError(self._MSG)
+
 
 class TensorDictMaxValueWriter(Writer):
     """Keeps the items with the highest rank (e.g. episode return) once the storage is full.
@@ -246,10 +358,20 @@ class TensorDictMaxValueWriter(Writer):
         self._reduction = reduction
         self._ranks: torch.Tensor | None = None
 
+    def register_storage(self, storage: Any) -> None:
+        """Attach the storage; it must index items along one dim (``ndim == 1``)."""
+        if getattr(storage, "ndim", 1) > 1:
+            raise ValueError(
+                "TensorDictMaxValueWriter is not compatible with storages with more than one "
+                f"dimension: it ranks items along dim 0, got a storage with ndim={storage.ndim}"
+            )
+        super().register_storage(storage)
+
     def _rank_of(self, data: TensorDictBase) -> torch.Tensor:
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(
-                f"TensorDictMaxValueWriter writes TensorDicts, got {type(data).__name__}"
+        if not is_tensor_collection(data):
+            raise DataTypeError(
+                "TensorDictMaxValueWriter expects data to be a tensor collection (a TensorDict "
+                f"or tensorclass holding the rank key {self._rank_key!r}), got {type(data).__name__}"
             )
         rank = data.get(self._rank_key, None)
         if rank is None:
@@ -268,6 +390,7 @@ class TensorDictMaxValueWriter(Writer):
 
     def add(self, data: TensorDictBase) -> int | None:
         """Write one item if it ranks high enough; returns its index or ``None``."""
+        self._rank_of(data)
         index = self.extend(data.unsqueeze(0))
         return int(index[0]) if index.numel() else None
 
@@ -293,12 +416,15 @@ class TensorDictMaxValueWriter(Writer):
             slots = slots[: new_items.numel()]
             storage.set(slots, data[new_items])
             self._ranks[slots] = ranks[new_items]
-            self._state_np[0] = int(slots[-1]) + 1
+            self._wrote(slots)
+            # the next free slot, or 0 once the storage is full (every slot then holds a
+            # ranked item and the lowest-ranked one is replaced)
+            self._state_np[0] = (int(slots[-1]) + 1) % rows
             self._state_np[1] += new_items.numel()
         return slots
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _empty(self, empty_write_count: bool = True) -> None:
+        super()._empty(empty_write_count)
         if self._ranks is not None:
             self._ranks.fill_(float("-inf"))
 

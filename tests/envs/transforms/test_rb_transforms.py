@@ -24,7 +24,7 @@ def test_matches_multistep_on_the_whole_stream():
         rb.extend(batch)
     whole = MultiStep(0.9, 3)(torch.cat(batches, dim=1))
     expected = whole[:, :-3]
-    stored = rb[:].transpose(0, 1) if rb[:].batch_dims == 2 else rb[:]
+    stored = rb[:]
     assert stored.shape == expected.shape == (2, 21)
     for key in ("steps_to_next_obs", ("next", "reward"), ("next", "observation"), ("next", "done")):
         assert torch.allclose(stored[key].float(), expected[key].float()), key
