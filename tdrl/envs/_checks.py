@@ -22,6 +22,28 @@ def expected_shape(spec: Any, data_batch: torch.Size, env_batch_ndim: int) -> tu
     return tuple(data_batch) + tuple(spec.shape[env_batch_ndim:])
 
 
+def spec_mismatch(
+    spec: Any,
+    value: torch.Tensor,
+    data_batch: torch.Size,
+    env_batch_ndim: int,
+    check_dtype: bool = True,
+) -> tuple[str, Any, Any] | None:
+    """How a tensor disagrees with its spec: ``("shape" | "dtype", expected, got)``, or None.
+
+    The one spec-versus-data comparison: ``run_type_checks`` raises ValueError / TypeError
+    from it, ``check_env_specs`` an AssertionError.
+    """
+    shape = expected_shape(spec, data_batch, env_batch_ndim)
+    got = tuple(value.shape)
+    if not shapes_match(shape, got):
+        return "shape", shape, got
+    dtype = getattr(spec, "dtype", None)
+    if check_dtype and dtype is not None and value.dtype != dtype:
+        return "dtype", dtype, value.dtype
+    return None
+
+
 def check_value(
     kind: str,
     key: Any,
@@ -36,18 +58,12 @@ def check_value(
         raise ValueError(MISSING_ENTRY.format(kind=kind, key=key))
     if not isinstance(value, torch.Tensor):
         return
-    shape = expected_shape(spec, data_batch, env_batch_ndim)
-    if not shapes_match(shape, tuple(value.shape)):
-        raise ValueError(
-            SPEC_MISMATCH.format(
-                kind=kind, key=key, what="shape", expected=shape, got=tuple(value.shape)
-            )
-        )
-    dtype = getattr(spec, "dtype", None)
-    if check_dtype and dtype is not None and value.dtype != dtype:
-        raise TypeError(
-            SPEC_MISMATCH.format(kind=kind, key=key, what="dtype", expected=dtype, got=value.dtype)
-        )
+    mismatch = spec_mismatch(spec, value, data_batch, env_batch_ndim, check_dtype)
+    if mismatch is None:
+        return
+    what, expected, got = mismatch
+    error = ValueError if what == "shape" else TypeError
+    raise error(SPEC_MISMATCH.format(kind=kind, key=key, what=what, expected=expected, got=got))
 
 
 def check_data(

@@ -139,6 +139,18 @@ def set_next(td: TensorDictBase, next_td: TensorDictBase) -> None:
         td.set("next", next_td)
 
 
+def attach_next(td: TensorDictBase, next_td: TensorDictBase, preset: Any) -> TensorDictBase:
+    """The ``"next"`` bookkeeping of a step: put ``next_td`` under ``"next"`` of ``td``.
+
+    ``preset`` is what ``td`` held under ``"next"`` before the step (or None): its entries
+    that the step did not produce are kept. Returns ``td``.
+    """
+    if preset is not None:
+        keep_preset_entries(preset, next_td)
+    set_next(td, next_td)
+    return td
+
+
 def _merge(
     root: TensorDictBase | None,
     nxt: TensorDictBase,

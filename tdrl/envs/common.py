@@ -14,12 +14,17 @@ from tdrl.data import Categorical, Composite
 from tdrl.envs import _partial
 from tdrl.envs import rollout as _rollout
 from tdrl.envs._checks import check_inputs, check_outputs
-from tdrl.envs._done import check_done_after_reset, complete_done_data, fill_missing_done
+from tdrl.envs._done import (
+    check_done_after_reset,
+    check_step_done,
+    complete_done_data,
+    fill_missing_done,
+)
 from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
 from tdrl.envs._set_state import reset_kwargs
-from tdrl.envs._step_mdp import fast_get, fast_set, keep_preset_entries, merge_next, set_next
+from tdrl.envs._step_mdp import attach_next, fast_get, fast_set, merge_next
 
 __all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
 
@@ -422,10 +427,34 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         if fast_get(tensordict, "_step") is not None:
             return self._partial_step(tensordict, tensordict.get("_step"))
         preset = fast_get(tensordict, "next")
+        return attach_next(tensordict, self._checked_step(tensordict), preset)
+
+    def _checked_step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The input check, ``_step`` and :meth:`_finish_step`: the next data of a full step.
+
+        Every caller that steps an env without the ``"next"`` bookkeeping of :meth:`step`
+        (a transformed env stepping its base, a batched-env worker) runs this, so that
+        ``run_type_checks``, done completion and auto-reset behave the same everywhere.
+        """
         if self.run_type_checks:
             self._check_inputs(tensordict)
-        next_tensordict = self._step(tensordict)
-        # inlined _finish_step: this is the hot path
+        return self._finish_step(tensordict, self._step(tensordict))
+
+    def _finish_step(
+        self, tensordict: TensorDictBase, next_tensordict: TensorDictBase
+    ) -> TensorDictBase:
+        """The post-step of every step path: type, device, done completion, checks, auto-reset.
+
+        ``next_tensordict`` is what ``_step`` returned; the result is what goes under
+        ``"next"``.
+        """
+        if type(next_tensordict) is not TensorDict and not isinstance(
+            next_tensordict, TensorDictBase
+        ):
+            raise TypeError(
+                f"{type(self).__name__}._step must return a TensorDictBase, "
+                f"got {type(next_tensordict).__name__}"
+            )
         device = self._device
         if (
             device is not None
@@ -435,23 +464,8 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             next_tensordict = next_tensordict.to(device)
         completions = self._cache.done_completions
         if completions and complete_done_data(next_tensordict, completions):
+            check_step_done(type(self).__name__, next_tensordict, completions)
             self._fill_done(next_tensordict)
-        if self.run_type_checks:
-            self._check_outputs(next_tensordict)
-        handler = self._auto_reset_handler
-        if handler is not None:
-            next_tensordict = handler.on_step(
-                next_tensordict, self._cache.observation_keys, self._cache.done_flag_keys
-            )
-        if preset is not None:
-            keep_preset_entries(preset, next_tensordict)
-        set_next(tensordict, next_tensordict)
-        return tensordict
-
-    def _finish_step(
-        self, tensordict: TensorDictBase, next_tensordict: TensorDictBase
-    ) -> TensorDictBase:
-        next_tensordict = self._post_process(next_tensordict)
         if self.run_type_checks:
             self._check_outputs(next_tensordict)
         handler = self._auto_reset_handler
@@ -463,12 +477,10 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
 
     def _partial_step(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
         preset = fast_get(tensordict, "next")
+        if self.run_type_checks:
+            self._check_inputs(tensordict)
         next_tensordict = _partial.partial_step(self, tensordict, mask)
-        next_tensordict = self._finish_step(tensordict, next_tensordict)
-        if preset is not None:
-            keep_preset_entries(preset, next_tensordict)
-        tensordict.set("next", next_tensordict)
-        return tensordict
+        return attach_next(tensordict, self._finish_step(tensordict, next_tensordict), preset)
 
     def _check_inputs(self, tensordict: TensorDictBase) -> None:
         check_inputs(self, tensordict)

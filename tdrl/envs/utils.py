@@ -10,7 +10,7 @@ from tensordict import (
 )
 
 from tdrl.data import Composite, Stacked, make_composite_from_td
-from tdrl.envs._checks import shapes_match
+from tdrl.envs._checks import spec_mismatch
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
 from tdrl.envs._partial import any_true, is_data_leaf
 from tdrl.envs._step_mdp import mdp_plan, merge_next
@@ -356,20 +356,14 @@ def _check_value(
 ) -> None:
     if not isinstance(value, torch.Tensor):
         return
-    expected = (*tuple(data.batch_size), *tuple(spec.shape[env_ndim:]))
-    got = tuple(value.shape)
-    if not shapes_match(expected, got):
+    mismatch = spec_mismatch(spec, value, data.batch_size, env_ndim, check_dtype)
+    if mismatch is not None:
+        what, expected, got = mismatch
         raise AssertionError(
             CHECK_FAIL.format(
-                what="shape mismatch", key=from_tuple(key), detail=f"expected {expected}, got {got}"
-            )
-        )
-    if check_dtype and value.dtype != spec.dtype:
-        raise AssertionError(
-            CHECK_FAIL.format(
-                what="dtype mismatch",
+                what=f"{what} mismatch",
                 key=from_tuple(key),
-                detail=f"expected {spec.dtype}, got {value.dtype}",
+                detail=f"expected {expected}, got {got}",
             )
         )
     if -1 not in tuple(spec.shape) and value.dtype == spec.dtype:

@@ -17,7 +17,7 @@ from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase, is
 
 from tdrl._settings import rl_warnings
 from tdrl.envs._partial import all_true, is_data_leaf, merge_non_tensor
-from tdrl.envs._step_mdp import fast_get, keep_preset_entries, merge_next, set_next
+from tdrl.envs._step_mdp import attach_next, fast_get, merge_next
 from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE
 from tdrl.envs.batched._specs import stack_env_specs
@@ -524,10 +524,7 @@ class BatchedEnvBase(EnvBase):
         else:
             nxt = self._read("next", step_replies, workers)
         preset = fast_get(tensordict, "next")
-        nxt = self._finish_step(tensordict, nxt)
-        if preset is not None:
-            keep_preset_entries(preset, nxt)
-        set_next(tensordict, nxt)
+        attach_next(tensordict, self._finish_step(tensordict, nxt), preset)
         tensordict_ = merge_next(tensordict, self._cache.mdp_excluded, True)
         if resets:
             self._merge_resets(tensordict_, resets)

@@ -143,8 +143,7 @@ class EnvRunner:
             self.input_td is not None
             and not self.to_cpu
             and not self.input_pipe_keys
-            and not getattr(env, "run_type_checks", False)
-            and hasattr(env, "_finish_step")
+            and hasattr(env, "_checked_step")
         )
         self.direct_step = self.direct_reset = None
         if self.fast_step:
@@ -228,9 +227,9 @@ class EnvRunner:
             self.direct_step()
             return None
         if payload is None and self.fast_step:
-            # The protocol of EnvBase.step without its input checks and "next" bookkeeping.
+            # EnvBase.step without its "next" bookkeeping (the buffers take the data)
             td = self._after_last_root(self._fresh_input())
-            next_td = env._finish_step(td, env._step(td))
+            next_td = env._checked_step(td)
             self._remember(next_td, rewards=True)
             return self._output("next", next_td)
         inputs, sub_mask = payload if payload is not None else (None, None)

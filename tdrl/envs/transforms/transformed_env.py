@@ -215,7 +215,7 @@ class TransformedEnv(EnvBase):
         partial = fast_get(tensordict_in, "_step")
         if partial is not None:
             return self._partial_step_through(tensordict, tensordict_in, partial)
-        next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
+        next_tensordict = base._checked_step(tensordict_in)
         return transform._step(tensordict, next_tensordict)
 
     def _skip_tensordict(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -251,17 +251,17 @@ class TransformedEnv(EnvBase):
             )
         mask = partial.reshape(batch_size)
         if _partial.all_true(mask):
-            next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
+            next_tensordict = base._checked_step(tensordict_in)
             return transform._step(tensordict, next_tensordict)
         skipped = self._skip_tensordict(tensordict)
         if not _partial.any_true(mask):
             return skipped
         if base.batch_locked:
             tensordict_in.set("_step", mask)
-            next_tensordict = base._finish_step(tensordict_in, base._step(tensordict_in))
+            next_tensordict = base._checked_step(tensordict_in)
             next_tensordict.pop("_step", None)
         else:
-            sub = base._finish_step(tensordict_in[mask], base._step(tensordict_in[mask]))
+            sub = base._checked_step(tensordict_in[mask])
             next_tensordict = _partial.merge_partial_step(tensordict_in, sub, mask)
         next_tensordict = transform._step(tensordict, next_tensordict)
         for key, value in skipped.items(include_nested=True, leaves_only=True):
