@@ -22,7 +22,7 @@ from tdrl.envs._step_mdp import fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend
-from tdrl.envs.libs._gym_rollout import direct_resetter, direct_stepper, random_rollout
+from tdrl.envs.libs._gym_plan import GymStepPlan, fast_path_blocker
 from tdrl.envs.libs._gym_spaces import (
     SpaceCodec,
     gym_space_to_spec,
@@ -44,16 +44,6 @@ __all__ = [
 ]
 
 _DONE_KEYS = ("done", "terminated", "truncated")
-# the methods a random rollout runs; a subclass overriding one takes the generic loop
-_STEP_METHODS = (
-    "_step",
-    "_reset",
-    "reset",
-    "step",
-    "rand_action",
-    "_read_obs",
-    "_simulator_step",
-)
 _CPU = torch.device("cpu")
 
 
@@ -294,10 +284,8 @@ class GymWrapper(GymLikeEnv):
         if not batch:
             self.__dict__["_flag_pool"] = SlotPool(torch.bool)
             self.__dict__["_reward_pool"] = SlotPool(torch.float32)
-        self._write_action: Callable[[Any], Any] = (
-            self._action_codec.write if self._convert_actions_to_numpy else (lambda action: action)
-        )
         self.__dict__["_last_obs"] = None
+        self.__dict__["_step_plan"] = GymStepPlan(self)
 
     # ------------------------------------------------------------------ data conversion
     def _render(self) -> np.ndarray:
@@ -305,38 +293,6 @@ class GymWrapper(GymLikeEnv):
         if self._is_batched:
             return np.stack(frames)
         return frames
-
-    def _read_obs(self, observation: Any) -> dict[str, Any]:
-        readers = self._obs_readers
-        if self._obs_is_dict:
-            out = {key: read(observation[key]) for key, read in readers}
-        elif readers:
-            out = {"observation": readers[0][1](observation)}
-        else:
-            out = {}
-        if self.from_pixels:
-            out["pixels"] = torch.from_numpy(np.ascontiguousarray(self._render()))
-        return out
-
-    def _flags(self, terminated: Any, truncated: Any) -> dict[str, torch.Tensor]:
-        if self._is_batched:
-            shape = self._flag_shape
-            term = torch.from_numpy(np.asarray(terminated, dtype=np.bool_)).reshape(shape)
-            trunc = torch.from_numpy(np.asarray(truncated, dtype=np.bool_)).reshape(shape)
-            return {"terminated": term, "truncated": trunc, "done": term | trunc}
-        flags = self._flag_pool
-        terminated = bool(terminated)
-        truncated = bool(truncated)
-        return {
-            "terminated": flags.take(terminated),
-            "truncated": flags.take(truncated),
-            "done": flags.take(terminated or truncated),
-        }
-
-    def _reward(self, reward: Any) -> torch.Tensor:
-        if self._is_batched:
-            return torch.from_numpy(np.asarray(reward, dtype=np.float32)).reshape(self._flag_shape)
-        return self._reward_pool.take(reward)
 
     def _make_td(self, source: dict[str, Any], nested: bool = False) -> TensorDictBase:
         """Builds a tensordict of the env's batch size from simulator data (on the CPU).
@@ -358,36 +314,45 @@ class GymWrapper(GymLikeEnv):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = fast_get(tensordict, "action")
         if action is None:
-            action = tensordict.get("action")  # raises the usual KeyError
-        observation, reward, terminated, truncated, info = self._simulator_step(
-            self._write_action(action)
-        )
-        source = self._read_obs(observation)
+            action = tensordict.get("action", None)
+            if action is None:
+                raise KeyError(
+                    f"{type(self).__name__} step: expected an 'action' entry in the input, got "
+                    f"the keys {sorted(map(str, tensordict.keys()))}"
+                )
+        plan = self._step_plan
+        source, reward, terminated, truncated, info = plan.step(action)
         if self._is_batched:
             self.__dict__["_last_obs"] = source
             if self._autoreset == builders.AUTORESET_SAME_STEP:
                 source = dict(source)
                 source["final"] = self._final_obs(source, terminated, truncated, info)
-        source["reward"] = self._reward(reward)
-        source.update(self._flags(terminated, truncated))
+        source["reward"] = plan.reward(reward)
+        source.update(plan.flags(terminated, truncated))
         out = self._make_td(source)
         if self._info_dict_reader:
             self._read_info(info, out)
         return out
 
+    @property
+    def step_path(self) -> str:
+        """Which path a step of this env takes now: ``"fast"`` or ``"generic (<reason>)"``.
+
+        ``"fast"``: a rollout without a policy keeps its steps in columns and a batched env
+        steps this env in place in its buffers, both through the same step plan as ``_step``
+        and with the same data. Any configuration or method override that changes a step
+        makes every caller run the generic path (and the overriding method).
+        """
+        blocker = fast_path_blocker(self, GymWrapper)
+        return "fast" if blocker is None else f"generic ({blocker})"
+
     def _random_rollout(
         self, max_steps: int, break_when_any_done: bool, set_truncated: bool
     ) -> TensorDictBase | None:
-        """Random-action rollouts of a single plain simulator skip the per-step tensordicts.
-
-        See :mod:`tdrl.envs.libs._gym_rollout`; any configuration that adds work to a step
-        (vector envs, info readers, auto-reset, type checks, a device, or a subclass changing a
-        step method) takes the generic loop. Done completion has nothing to do here: ``_step``
-        writes all three flags.
-        """
-        if not self._is_plain_single():
+        """Random-action rollouts on the fast path of the step plan (see :attr:`step_path`)."""
+        if fast_path_blocker(self, GymWrapper) is not None:
             return None
-        return random_rollout(self, max_steps, break_when_any_done, set_truncated)
+        return self._step_plan.columnar_rollout(max_steps, break_when_any_done, set_truncated)
 
     def _direct_stepper(
         self, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
@@ -395,44 +360,19 @@ class GymWrapper(GymLikeEnv):
         """A step that reads ``action`` and writes its results into ``outputs``, or None.
 
         Batched envs call it with their buffer views (``outputs`` maps each key of the step
-        output to its buffer); the returned callable steps the simulator, writes every
-        entry in place and returns the done flag. None when a step here does more than the
-        simulator call (see :meth:`_random_rollout`) or the keys differ from this env's.
+        output to its buffer); the returned callable steps the simulator through the step
+        plan, writes every entry in place and returns the done flag. None when the env is not
+        on the fast path (see :attr:`step_path`) or the keys differ from this env's.
         """
-        if not self._is_plain_single():
+        if fast_path_blocker(self, GymWrapper) is not None:
             return None
-        return direct_stepper(self, action, outputs)
+        return self._step_plan.stepper_into(action, outputs)
 
     def _direct_resetter(self, outputs: dict[Any, torch.Tensor]) -> Callable[[], None] | None:
         """A full reset writing its data into ``outputs`` (see :meth:`_direct_stepper`)."""
-        if not self._is_plain_single():
+        if fast_path_blocker(self, GymWrapper) is not None:
             return None
-        return direct_resetter(self, outputs)
-
-    def _is_plain_single(self) -> bool:
-        """Whether a step is exactly: simulator step, observation readers, reward and flags."""
-        cls = type(self)
-        return (
-            not self._is_batched
-            and not self._info_dict_reader
-            and self._auto_reset_handler is None
-            and not self.run_type_checks
-            and (self.device is None or self.device.type == "cpu")
-            and len(self._cache.action_keys) == 1
-            and all(getattr(cls, name) is getattr(GymWrapper, name) for name in _STEP_METHODS)
-        )
-
-    def _simulator_step(self, action: Any) -> tuple:
-        """One call of the simulator's ``step`` (``frame_skip`` calls, rewards summed)."""
-        if self.wrapper_frame_skip == 1:
-            return self._env.step(action)
-        reward = 0.0
-        for _ in range(self.wrapper_frame_skip):
-            observation, step_reward, terminated, truncated, info = self._env.step(action)
-            reward = reward + step_reward
-            if np.any(terminated) or np.any(truncated):
-                break
-        return observation, reward, terminated, truncated, info
+        return self._step_plan.resetter_into(outputs)
 
     def _final_obs(
         self, source: dict[str, Any], terminated: Any, truncated: Any, info: Any
@@ -468,7 +408,7 @@ class GymWrapper(GymLikeEnv):
             if mask is not None and not all_true(mask) and self._can_reset_part():
                 return self._partial_reset(mask, **kwargs)
         observation, info = self._env.reset(**kwargs)
-        source = self._read_obs(observation)
+        source = self._step_plan.read_observation(observation)
         if self._is_batched:
             self.__dict__["_last_obs"] = source
             if self._autoreset == builders.AUTORESET_SAME_STEP:
@@ -504,7 +444,7 @@ class GymWrapper(GymLikeEnv):
             options = dict(kwargs.pop("options", None) or {})
             options["reset_mask"] = mask.reshape(self.batch_size).cpu().numpy().astype(np.bool_)
             observation, info = self._env.reset(options=options, **kwargs)
-            source = self._read_obs(observation)
+            source = self._step_plan.read_observation(observation)
             self.__dict__["_last_obs"] = source
         if self._autoreset == builders.AUTORESET_SAME_STEP:
             source["final"] = self._make_td(
@@ -555,6 +495,12 @@ class GymWrapper(GymLikeEnv):
         return super().set_info_dict_reader(info_dict_reader, ignore_private=ignore_private)
 
     # ------------------------------------------------------------------ misc
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(env={self.__dict__.get('_env')}, "
+            f"batch_size={self.batch_size}, step_path={self.step_path!r})"
+        )
+
     @property
     def lib(self) -> Any:
         """The gym library in use."""

@@ -17,7 +17,7 @@ from tdrl.envs.libs.gym import (
 )
 from tdrl.envs.utils import check_env_specs
 from tests.envs.conformance import EnvConformance
-from tests.envs.libs.test_gym_rollout import assert_same_rollout, rollout_both_paths
+from tests.envs.libs.test_gym_plan import assert_same_rollout, rollout_both_paths
 
 gymnasium = pytest.importorskip("gymnasium")
 spaces = gymnasium.spaces
@@ -246,10 +246,10 @@ def test_observations_share_memory_with_numpy():
     env = GymEnv("CartPole-v1")
     td = env.reset()
     td["observation"].data_ptr()
-    out = env._read_obs(np.zeros(4, dtype=np.float32))
+    out = env._step_plan.read_observation(np.zeros(4, dtype=np.float32))
     assert out["observation"].dtype == torch.float32
     array = np.ones(4, dtype=np.float32)
-    assert env._read_obs(array)["observation"].data_ptr() == array.ctypes.data
+    assert env._step_plan.read_observation(array)["observation"].data_ptr() == array.ctypes.data
 
 
 # --------------------------------------------------------------------------- pixels

@@ -8,7 +8,7 @@ import torch
 from tdrl.envs import SerialEnv, check_env_specs
 from tdrl.envs.libs.gym import GymEnv, GymWrapper, gym_backend, set_gym_backend
 from tests.envs.conformance import EnvConformance
-from tests.envs.libs.test_gym_rollout import assert_same_rollout, rollout_both_paths
+from tests.envs.libs.test_gym_plan import assert_same_rollout, rollout_both_paths
 
 gym = pytest.importorskip("gym")
 

@@ -1,4 +1,4 @@
-"""The columnar random-action rollout of single gym envs gives the generic loop's data."""
+"""Every path of the gym step plan gives the generic loop's data, and overrides always run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from tdrl.data import Unbounded
 from tdrl.envs import Compose, StepCounter, TransformedEnv
-from tdrl.envs.libs import gym as gym_module
+from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper, default_info_dict_reader
 
 CLASSIC = ["CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1"]
@@ -27,13 +27,13 @@ BREAKS = [
 def columnar_calls(monkeypatch):
     """Counts the calls of the columnar path."""
     calls = []
-    original = gym_module.random_rollout
+    original = GymStepPlan.columnar_rollout
 
-    def counting(*args):
-        calls.append(args[1:])
-        return original(*args)
+    def counting(self, *args):
+        calls.append(args)
+        return original(self, *args)
 
-    monkeypatch.setattr(gym_module, "random_rollout", counting)
+    monkeypatch.setattr(GymStepPlan, "columnar_rollout", counting)
     return calls
 
 

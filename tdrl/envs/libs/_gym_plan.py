@@ -1,0 +1,336 @@
+"""GymStepPlan: the one spelling of a gym step, and the fast paths built on it.
+
+A :class:`~tdrl.envs.libs.gym.GymWrapper` step is: write the action for the simulator, call
+the simulator (``frame_skip`` times, rewards summed), read the observations, the reward and
+the three flags. :class:`GymStepPlan` holds those conversions, prepared once from the specs.
+Every path that steps a gym env goes through it:
+
+- ``GymWrapper._step`` (the generic path: the data becomes one tensordict per step);
+- :meth:`GymStepPlan.columnar_rollout`, ``env.rollout(n)`` without a policy: each step keeps
+  its tensors and Python flags, every column is built once at the end;
+- :meth:`GymStepPlan.stepper_into`, used by batched envs: the step writes its results straight
+  into the batched env's buffers.
+
+The fast paths give the data of the generic path, bit for bit (same random draws, same
+resets, same dtypes and shapes), and run only when the env's step is exactly the plan's:
+:func:`fast_path_blocker` says why not otherwise (a vector env, an info reader, auto-reset,
+type checks, an accelerator, or a step method replaced on the class or on the instance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from tdrl.envs.libs.gym import GymWrapper
+
+__all__ = ["FAST_PATH_METHODS", "GymStepPlan", "fast_path_blocker"]
+
+_FLAGS = ("done", "terminated", "truncated")
+#: the env methods whose work the fast paths do without calling them: replacing one (on the
+#: class or on the instance) sends every step through the generic path, where it runs
+FAST_PATH_METHODS = (
+    "step",
+    "_checked_step",
+    "_step",
+    "_finish_step",
+    "reset",
+    "_reset",
+    "_post_process",
+    "rand_action",
+)
+
+
+def fast_path_blocker(env: GymWrapper, stock: type) -> str | None:
+    """Why ``env`` must step on the generic path, or None when its fast paths may run.
+
+    Decided from the env's actual configuration and bound methods: ``stock`` is the class
+    whose methods the fast paths stand for; a method of :data:`FAST_PATH_METHODS` set on the
+    instance or overridden by a subclass disqualifies them.
+    """
+    if env._is_batched:
+        return "vector env"
+    if env._info_dict_reader:
+        return "info dict reader"
+    if env._auto_reset_handler is not None:
+        return "auto_reset"
+    if env.run_type_checks:
+        return "run_type_checks"
+    device = env.device
+    if device is not None and device.type != "cpu":
+        return f"device {device}"
+    if len(env._cache.action_keys) != 1:
+        return "several action keys"
+    own = env.__dict__
+    cls = type(env)
+    for name in FAST_PATH_METHODS:
+        if name in own:
+            return f"{name} set on the instance"
+        if getattr(cls, name) is not getattr(stock, name):
+            return f"{cls.__name__}.{name} overrides {stock.__name__}.{name}"
+    return None
+
+
+class GymStepPlan:
+    """The conversions of one gym step, prepared once from the env's specs.
+
+    Args:
+        env: the wrapper whose step this is (its codecs, readers and pools are built).
+    """
+
+    def __init__(self, env: GymWrapper) -> None:
+        self._owner = env
+        self.simulator = env._env
+        self.batched = env._is_batched
+        codec = env._action_codec
+        self._convert_action = env._convert_actions_to_numpy
+        self.write_action: Callable[[Any], Any] = (
+            codec.write if self._convert_action else (lambda action: action)
+        )
+        self._write_action_numpy = codec.write_numpy if self._convert_action else None
+        self._obs_readers = env._obs_readers
+        self._obs_codecs = env._obs_codecs
+        self._obs_is_dict = env._obs_is_dict
+        self._from_pixels = env.from_pixels
+        self._flag_shape = env._flag_shape
+        self._flag_pool = env.__dict__.get("_flag_pool")
+        self._reward_pool = env.__dict__.get("_reward_pool")
+        self.observation_keys = [key for key, _ in self._obs_readers]
+        if self._from_pixels:
+            self.observation_keys.append("pixels")
+
+    # ------------------------------------------------------------------ the step
+    def simulate(self, action: Any) -> tuple:
+        """One env step on the simulator: ``frame_skip`` calls, rewards summed."""
+        frame_skip = self._owner.wrapper_frame_skip
+        if frame_skip == 1:
+            return self.simulator.step(action)
+        reward = 0.0
+        for _ in range(frame_skip):
+            observation, step_reward, terminated, truncated, info = self.simulator.step(action)
+            reward = reward + step_reward
+            if np.any(terminated) or np.any(truncated):
+                break
+        return observation, reward, terminated, truncated, info
+
+    def read_observation(self, observation: Any) -> dict[str, Any]:
+        """The simulator's observation as a dict of tensors (and the rendered frame)."""
+        readers = self._obs_readers
+        if self._obs_is_dict:
+            out = {key: read(observation[key]) for key, read in readers}
+        elif readers:
+            out = {"observation": readers[0][1](observation)}
+        else:
+            out = {}
+        if self._from_pixels:
+            out["pixels"] = torch.from_numpy(np.ascontiguousarray(self._owner._render()))
+        return out
+
+    def reward(self, reward: Any) -> torch.Tensor:
+        """The reward tensor (float32, the env's batch dims and a trailing 1)."""
+        if self.batched:
+            return torch.from_numpy(np.asarray(reward, dtype=np.float32)).reshape(self._flag_shape)
+        return self._reward_pool.take(reward)
+
+    def flags(self, terminated: Any, truncated: Any) -> dict[str, torch.Tensor]:
+        """The ``terminated``, ``truncated`` and ``done`` tensors of a step."""
+        if self.batched:
+            shape = self._flag_shape
+            term = torch.from_numpy(np.asarray(terminated, dtype=np.bool_)).reshape(shape)
+            trunc = torch.from_numpy(np.asarray(truncated, dtype=np.bool_)).reshape(shape)
+            return {"terminated": term, "truncated": trunc, "done": term | trunc}
+        take = self._flag_pool.take
+        terminated = bool(terminated)
+        truncated = bool(truncated)
+        return {
+            "terminated": take(terminated),
+            "truncated": take(truncated),
+            "done": take(terminated or truncated),
+        }
+
+    def step(self, action: torch.Tensor) -> tuple[dict[str, Any], Any, Any, Any, Any]:
+        """Run one step from an action tensor.
+
+        Returns:
+            ``(observations, reward, terminated, truncated, info)``: the observations read
+            into tensors, the other values as the simulator gave them.
+        """
+        observation, reward, terminated, truncated, info = self.simulate(self.write_action(action))
+        return self.read_observation(observation), reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ fast paths
+    def columnar_rollout(
+        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
+    ) -> TensorDict:
+        """``env.rollout(max_steps)`` with random actions, each column built once at the end.
+
+        The caller checks :func:`fast_path_blocker` first.
+        """
+        env = self._owner
+        sample_action = env._cache.action_leaf.rand
+        step = self.step
+        roots, actions, nexts = [], [], []
+        rewards, terminateds, truncateds = [], [], []
+        root = self._reset_observation()
+        last = max_steps - 1
+        for i in range(max_steps):
+            action = sample_action()
+            observation, reward, terminated, truncated, _ = step(action)
+            terminated = bool(terminated)
+            truncated = bool(truncated)
+            roots.append(root)
+            actions.append(action)
+            nexts.append(observation)
+            rewards.append(reward)
+            terminateds.append(terminated)
+            truncateds.append(truncated)
+            if i == last or ((terminated or truncated) and break_when_any_done):
+                break
+            root = self._reset_observation() if terminated or truncated else observation
+        return self._columns(roots, actions, nexts, rewards, terminateds, truncateds, set_truncated)
+
+    def _reset_observation(self) -> dict:
+        """The observation entries of a reset (the flags of a gym reset are always False)."""
+        data = self._owner.reset()
+        return {key: value for key, value in data.items() if key not in _FLAGS}
+
+    def _columns(
+        self,
+        roots: list,
+        actions: list,
+        nexts: list,
+        rewards: list,
+        terminateds: list,
+        truncateds: list,
+        set_truncated: bool,
+    ) -> TensorDict:
+        steps = len(actions)
+        batch = torch.Size([steps])
+        device = self._owner.device
+        keys = list(roots[0])
+        flag_shape = (steps, 1)
+        terminated = torch.tensor(terminateds, dtype=torch.bool).reshape(flag_shape)
+        truncated = torch.tensor(truncateds, dtype=torch.bool).reshape(flag_shape)
+        if set_truncated:
+            truncated[-1] = True
+        next_source = {key: torch.stack([step[key] for step in nexts]) for key in keys}
+        # (steps, 1) float32 rewards from floats, ints, numpy scalars or 0-d arrays
+        next_source["reward"] = torch.from_numpy(
+            np.asarray(rewards, dtype=np.float32).reshape(steps, 1)
+        )
+        next_source["terminated"] = terminated
+        next_source["truncated"] = truncated
+        next_source["done"] = terminated | truncated
+        # the same key order as the generic loop's result
+        source = {"next": TensorDict._new_unsafe(next_source, batch_size=batch, device=device)}
+        source.update({key: torch.stack([step[key] for step in roots]) for key in keys})
+        # Every root holds a reset's flags (all False) or the flags of a step that did not
+        # end its episode (also all False): a step that ends one is followed by a reset.
+        for flag in _FLAGS:
+            source[flag] = torch.zeros(flag_shape, dtype=torch.bool)
+        source["action"] = torch.stack(actions)
+        result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
+        result.refine_names("time")
+        return result
+
+    def stepper_into(
+        self, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
+    ) -> Callable[[], bool] | None:
+        """A callable stepping with the value of ``action`` and writing into ``outputs``.
+
+        ``outputs`` must hold exactly the keys of the step output (observations, reward and
+        the three flags) as CPU tensors of the spec shapes; otherwise the result is None. The
+        callable returns whether the step ended the episode. The caller checks
+        :func:`fast_path_blocker` first.
+        """
+        obs_keys = self.observation_keys
+        if not self._cpu_buffers(outputs, {*obs_keys, "reward", *_FLAGS}):
+            return None
+        simulate = self.simulate
+        write_action = self._action_reader(action)
+        read_observation = self._observation_writer(outputs)
+        # numpy views of the one-element buffers: a store is cheaper than a tensor op
+        reward = outputs["reward"].numpy().reshape(-1)
+        terminated_out = outputs["terminated"].numpy().reshape(-1)
+        truncated_out = outputs["truncated"].numpy().reshape(-1)
+        done_out = outputs["done"].numpy().reshape(-1)
+
+        def step() -> bool:
+            observation, step_reward, terminated, truncated, _ = simulate(write_action())
+            terminated = bool(terminated)
+            truncated = bool(truncated)
+            read_observation(observation)
+            reward[0] = step_reward
+            terminated_out[0] = terminated
+            truncated_out[0] = truncated
+            done = terminated or truncated
+            done_out[0] = done
+            return done
+
+        return step
+
+    def resetter_into(self, outputs: dict[Any, torch.Tensor]) -> Callable[[], None] | None:
+        """A callable resetting the simulator and writing the reset data into ``outputs``.
+
+        ``outputs`` must hold exactly the keys of a reset output (observations and the three
+        flags, which a gym reset leaves False); otherwise the result is None.
+        """
+        if not self._cpu_buffers(outputs, {*self.observation_keys, *_FLAGS}):
+            return None
+        simulator_reset = self.simulator.reset
+        read_observation = self._observation_writer(outputs)
+        flags = [outputs[flag] for flag in _FLAGS]
+
+        def reset() -> None:
+            observation, _ = simulator_reset()
+            read_observation(observation)
+            for flag in flags:
+                flag.zero_()
+
+        return reset
+
+    @staticmethod
+    def _cpu_buffers(outputs: dict[Any, torch.Tensor], keys: set) -> bool:
+        return set(outputs) == keys and all(
+            value.device.type == "cpu" for value in outputs.values()
+        )
+
+    def _action_reader(self, action: torch.Tensor) -> Callable[[], Any]:
+        """The simulator's action from the current value of ``action`` (a buffer view)."""
+        write_numpy = self._write_action_numpy
+        if write_numpy is not None:
+            array = action.numpy()
+            return lambda: write_numpy(array)
+        write_action = self.write_action
+        return lambda: write_action(action)
+
+    def _observation_writer(self, outputs: dict[Any, torch.Tensor]) -> Callable[[Any], None]:
+        """Writes a simulator observation into the observation buffers."""
+        obs_keys = self.observation_keys
+        codecs = self._obs_codecs
+        if not self._from_pixels and all(codecs[key].read_into is not None for key in obs_keys):
+            # numpy stores into numpy views of the buffers, no tensor in between
+            targets = [(key, codecs[key].read_into, outputs[key].numpy()) for key in obs_keys]
+            if self._obs_is_dict:
+
+                def write_dict(observation: Any) -> None:
+                    for key, read_into, out in targets:
+                        read_into(out, observation[key])
+
+                return write_dict
+            ((_, read_into, out),) = targets
+            return lambda observation: read_into(out, observation)
+        read_observation = self.read_observation
+        buffers = [(key, outputs[key]) for key in obs_keys]
+
+        def write(observation: Any) -> None:
+            values = read_observation(observation)
+            for key, buffer in buffers:
+                buffer.copy_(values[key])
+
+        return write
