@@ -8,6 +8,31 @@ import torch
 
 SPEC_MISMATCH = "{kind} spec mismatch at key {key!r}: expected {what} {expected}, got {got}"
 MISSING_ENTRY = "{kind} spec mismatch at key {key!r}: the entry is missing from the data"
+OUT_OF_SPEC = (
+    "{kind} value out of spec at key {key!r}: expected a value in the domain of {spec}, got {got}"
+)
+
+
+def check_layout(kind: str, key: Any, value: Any, shape: torch.Size, dtype: torch.dtype) -> None:
+    """The per-step check: ``value``'s shape and dtype are exactly ``shape`` and ``dtype``.
+
+    Two tuple comparisons, cheap enough for every step; raises ``ValueError`` (shape) or
+    ``TypeError`` (dtype, or not a tensor) naming ``key``, what was expected and what came.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{kind} spec mismatch at key {key!r}: expected a tensor, got {type(value).__name__}"
+        )
+    if value.shape != shape:
+        raise ValueError(
+            SPEC_MISMATCH.format(
+                kind=kind, key=key, what="shape", expected=tuple(shape), got=tuple(value.shape)
+            )
+        )
+    if value.dtype != dtype:
+        raise TypeError(
+            SPEC_MISMATCH.format(kind=kind, key=key, what="dtype", expected=dtype, got=value.dtype)
+        )
 
 
 def shapes_match(expected: tuple, got: tuple) -> bool:
@@ -82,9 +107,23 @@ def check_data(
 
 
 def check_inputs(env: Any, tensordict: Any) -> None:
-    """Check the actions of ``tensordict`` against the env's action spec."""
+    """Check the actions of ``tensordict`` against the env's action spec: layout and values."""
     ndim = len(env.batch_size)
-    check_data("action", env.full_action_spec, env.action_keys, tensordict, ndim)
+    spec = env.full_action_spec
+    check_data("action", spec, env.action_keys, tensordict, ndim)
+    for key in env.action_keys:
+        leaf = spec[key]
+        value = tensordict.get(key)
+        if isinstance(value, torch.Tensor) and hasattr(leaf, "is_in"):
+            if tuple(value.shape) != tuple(leaf.shape):
+                try:
+                    leaf = leaf.expand(*value.shape)
+                except (RuntimeError, ValueError):
+                    continue  # a dynamic spec: the layout check above is all there is
+            if not leaf.is_in(value):
+                raise ValueError(
+                    OUT_OF_SPEC.format(kind="action", key=key, spec=type(leaf).__name__, got=value)
+                )
 
 
 def check_outputs(env: Any, next_tensordict: Any) -> None:

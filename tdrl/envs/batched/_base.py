@@ -16,6 +16,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase, is_non_tensor
 
 from tdrl._settings import rl_warnings
+from tdrl.envs._checks import check_layout
 from tdrl.envs._partial import all_true, is_data_leaf, merge_non_tensor
 from tdrl.envs._step_mdp import attach_next, fast_get, merge_next
 from tdrl.envs.batched import _shared, _view
@@ -341,7 +342,10 @@ class BatchedEnvBase(EnvBase):
                 pairs  # an env without action nor state entries has nothing to copy
                 and required
                 and self.__dict__["_fast_inputs"]
-                and all(v is not None and v.shape == b.shape for v, (_, b) in zip(values, pairs))
+                and all(
+                    v is not None and v.shape == b.shape and v.dtype == b.dtype
+                    for v, (_, b) in zip(values, pairs)
+                )
             ):
                 torch._foreach_copy_([b for _, b in pairs], values)
             else:
@@ -373,13 +377,9 @@ class BatchedEnvBase(EnvBase):
             raise KeyError(
                 f"{type(self).__name__}.step: the input has no entry for the key {key!r}"
             )
-        try:
-            buffer.copy_(value, non_blocking=self.non_blocking)
-        except RuntimeError as err:
-            raise ValueError(
-                f"action spec mismatch at key {key!r}: expected shape {tuple(buffer.shape)}, "
-                f"got {tuple(value.shape)}"
-            ) from err
+        # no broadcast, no cast: an action of another layout is an error, not a guess
+        check_layout("action", key, value, buffer.shape, buffer.dtype)
+        buffer.copy_(value, non_blocking=self.non_blocking)
 
     def _read(self, region: str, replies: list, workers: list[int]) -> TensorDictBase:
         """Build the output of a reset (``"root"``) or a step (``"next"``) from the workers."""

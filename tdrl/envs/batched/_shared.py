@@ -265,7 +265,9 @@ class BufferWriter:
     """Copies an env's output into its buffer views; checks keys, shapes and dtypes once.
 
     The first write of each region validates the data against the buffers and
-    raises ``ValueError`` / ``TypeError`` naming the key; later writes only copy.
+    raises ``ValueError`` / ``TypeError`` naming the key; later writes compare each value's
+    shape and dtype with its buffer's (no broadcast, no cast) and validate again on a
+    difference, so the error names the key there too.
     """
 
     def __init__(self, views: dict[str, list], pipe_keys: dict[str, list], worker: int) -> None:
@@ -280,9 +282,11 @@ class BufferWriter:
         missing: list = []
         if plan is None:
             pairs, missing = self._check(region, data)
-            plan = ([buffer for _, buffer in pairs], [key for key, _ in pairs])
+            buffers = [buffer for _, buffer in pairs]
+            layout = [(buffer.shape, buffer.dtype) for buffer in buffers]
+            plan = (buffers, [key for key, _ in pairs], layout)
             self.checked[region] = plan
-        buffers, keys = plan
+        buffers, keys, layout = plan
         try:
             if type(data) is TensorDict:
                 values = _leaf_values(data, keys)
@@ -293,6 +297,12 @@ class BufferWriter:
             raise ValueError(
                 MISSING_KEY.format(region=region, worker=self.worker, key=absent)
             ) from None
+        try:
+            same = [(value.shape, value.dtype) for value in values] == layout
+        except AttributeError:  # not a tensor
+            same = False
+        if not same:
+            self._check(region, data)
         torch._foreach_copy_(buffers, values)
         extra = None
         pipe = self.pipe_keys[region]

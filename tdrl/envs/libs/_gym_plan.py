@@ -26,6 +26,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from tdrl.data.specs import Composite
+from tdrl.envs._checks import check_layout
+
 if TYPE_CHECKING:
     from tdrl.envs.libs.gym import GymWrapper
 
@@ -93,6 +96,11 @@ class GymStepPlan:
             codec.write if self._convert_action else (lambda action: action)
         )
         self._write_action_numpy = codec.write_numpy if self._convert_action else None
+        action_spec = codec.spec
+        # a Dict / Tuple action space gives a tensordict action: its leaves are the codec's
+        composite = isinstance(action_spec, Composite)
+        self._action_shape = None if composite else action_spec.shape
+        self._action_dtype = action_spec.dtype
         self._obs_readers = env._obs_readers
         self._obs_codecs = env._obs_codecs
         self._obs_is_dict = env._obs_is_dict
@@ -156,10 +164,21 @@ class GymStepPlan:
     def step(self, action: torch.Tensor) -> tuple[dict[str, Any], Any, Any, Any, Any]:
         """Run one step from an action tensor.
 
+        The action's shape and dtype must be the spec's (checked at every step, a tuple
+        comparison); its values are checked only under ``run_type_checks``.
+
         Returns:
             ``(observations, reward, terminated, truncated, info)``: the observations read
             into tensors, the other values as the simulator gave them.
         """
+        shape = self._action_shape
+        if shape is not None:
+            try:
+                bad = action.shape != shape or action.dtype != self._action_dtype
+            except AttributeError:  # not a tensor
+                bad = True
+            if bad:
+                check_layout("action", "action", action, shape, self._action_dtype)
         observation, reward, terminated, truncated, info = self.simulate(self.write_action(action))
         return self.read_observation(observation), reward, terminated, truncated, info
 

@@ -263,8 +263,10 @@ def test_transformed_gym_env_steps_and_checks(cartpole):
 
 
 def test_inverse_transform_feeds_base_env():
-    base = GymEnv("Pendulum-v1")
+    base = CountingEnv()
+    base.action_spec = Bounded(-1.0, 1.0, (1,), dtype=torch.float64)
     env = TransformedEnv(base, DoubleToFloat(in_keys_inv=["action"]))
+    assert env.action_spec.dtype == torch.float32
     td = env.reset()
     td["action"] = torch.zeros(1, dtype=torch.float32)
     seen = {}
