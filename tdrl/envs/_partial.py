@@ -96,6 +96,12 @@ def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:
     for reset_key in reset_keys:
         mask = fast_get(tensordict, reset_key)
         if mask is not None:
+            if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
+                got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+                raise TypeError(
+                    f"reset mask at key {reset_key!r}: expected a torch.bool tensor, got {got} "
+                    "(a float or int mask is ambiguous; convert it with mask.bool())"
+                )
             masks[as_tuple(reset_key)[:-1]] = mask
     return masks
 

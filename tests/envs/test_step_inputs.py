@@ -125,3 +125,16 @@ def test_a_bad_action_leaves_the_batched_env_usable():
         assert data["next", "observation"].shape == (2, 4)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(
+    "mask, got",
+    [(torch.tensor([[1.0], [0.0]]), "torch.float32"), (torch.tensor([[1], [0]]), "torch.int64")],
+)
+def test_a_reset_mask_that_is_not_boolean_is_a_type_error(mask, got):
+    env = CountingEnv(batch_size=(2,))
+    td = env.reset().set("_reset", mask)
+    with pytest.raises(
+        TypeError, match=rf"reset mask at key '_reset': expected a torch.bool.*{got}"
+    ):
+        env.reset(td)
