@@ -23,8 +23,8 @@ from tdrl.envs._keys import (
     leaf_keys,
     reset_key_for,
 )
-from tdrl.envs._partial import align_mask, any_true, effective_masks
-from tdrl.envs._step_mdp import fast_get
+from tdrl.envs._partial import align_mask, effective_masks
+from tdrl.envs._td_fast import any_true, fast_get
 
 
 def complete_done_spec(full_done_spec: Any) -> tuple[Any, list[DoneCompletion]]:

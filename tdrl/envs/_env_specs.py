@@ -3,7 +3,7 @@
 An env keeps two locked Composites: ``_output_spec`` (observations, rewards, done
 flags) and ``_input_spec`` (actions and state). The properties here read and assign
 their entries; every assignment is validated against the env batch size and refreshes
-the keys cached from the specs (see :class:`~tdrl.envs._env_keys.EnvKeys`).
+the keys cached from the specs (see :class:`~tdrl.envs._keys.EnvKeys`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from tensordict import (
 )
 
 from tdrl.envs._keys import as_tuple
-from tdrl.envs._step_mdp import fast_get
+from tdrl.envs._td_fast import all_true, any_true, fast_get
 
 MASK_SHAPE_ERROR = (
     "{kind} mask at key {key!r} has shape {mask_shape}, which cannot be aligned with the "
@@ -60,34 +60,6 @@ def align_mask(
 
 def _sub(td: TensorDictBase, prefix: tuple[str, ...]) -> TensorDictBase | None:
     return td.get(prefix, None) if prefix else td
-
-
-# From this many elements on, a CPU boolean mask is reduced by numpy: torch's any/all
-# kernels cost ~2 us at 1024 elements and ~30 us at 65536, numpy's ~1.5 and ~2.5 us.
-_NUMPY_REDUCE_MIN = 512
-
-
-def all_true(mask: torch.Tensor) -> bool:
-    """Whether every element of a mask is set, with the cheapest reduction for its size."""
-    numel = mask.numel()
-    if numel == 1:
-        return bool(mask)
-    if numel >= _NUMPY_REDUCE_MIN and mask.is_cpu and mask.dtype is torch.bool:
-        return bool(mask.numpy().all())
-    return bool(mask.all())
-
-
-def any_true(mask: torch.Tensor) -> bool:
-    """Whether some element of a mask is set, with the cheapest reduction for its size."""
-    numel = mask.numel()
-    if numel == 1:
-        return bool(mask)
-    if mask.is_cpu and mask.dtype is torch.bool:
-        if numel >= _NUMPY_REDUCE_MIN:
-            return bool(mask.numpy().any())
-        # count_nonzero skips the reduction set-up of any(): ~1.0 instead of ~1.5 us
-        return bool(mask.count_nonzero())
-    return bool(mask.any())
 
 
 def collect_reset_masks(tensordict: TensorDictBase, reset_keys: list) -> dict:

@@ -15,7 +15,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from tdrl.envs._step_mdp import fast_set
+from tdrl.envs._td_fast import fast_set
 
 if TYPE_CHECKING:
     from tdrl.envs.common import EnvBase

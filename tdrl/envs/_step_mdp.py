@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, unravel_key
 
 from tdrl.envs._keys import as_tuple
+from tdrl.envs._td_fast import entries, fast_get
 
 _EMPTY: frozenset = frozenset()
 _NESTED = (TensorDict, LazyStackedTensorDict)
@@ -78,20 +78,6 @@ def _fresh_nested(
     return value if value._tensordict else None
 
 
-def entries(td: TensorDictBase) -> Mapping:
-    """The top-level entries of ``td`` as a mapping (no copy for a plain TensorDict)."""
-    if type(td) is TensorDict:
-        return td._tensordict
-    return dict(td.items())
-
-
-def fast_get(td: TensorDictBase, key: Any) -> Any:
-    """``td.get(key, None)`` with a shortcut for string keys of a plain TensorDict."""
-    if type(td) is TensorDict and type(key) is str:
-        return td._tensordict.get(key)
-    return td.get(key, None)
-
-
 def keep_preset_entries(preset: Any, next_tensordict: TensorDictBase) -> None:
     """Copy into ``next_tensordict`` the entries of ``preset`` it lacks (nested levels merged).
 
@@ -106,17 +92,6 @@ def keep_preset_entries(preset: Any, next_tensordict: TensorDictBase) -> None:
             next_tensordict.set(key, value)
         elif isinstance(current, TensorDictBase) and isinstance(value, TensorDictBase):
             keep_preset_entries(value, current)
-
-
-def fast_set(td: TensorDictBase, key: Any, value: Any) -> TensorDictBase:
-    """``td.set(key, value)`` with a shortcut for string keys of a plain TensorDict.
-
-    The shortcut skips the generic key dispatch of ``set`` but keeps its checks
-    (batch size, device, lock).
-    """
-    if type(td) is TensorDict and type(key) is str:
-        return td._set_str(key, value, inplace=False, validated=False)
-    return td.set(key, value)
 
 
 def set_next(td: TensorDictBase, next_td: TensorDictBase) -> None:

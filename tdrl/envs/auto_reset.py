@@ -14,7 +14,8 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.envs._keys import as_tuple
-from tdrl.envs._partial import align_mask, any_true
+from tdrl.envs._partial import align_mask
+from tdrl.envs._td_fast import any_true
 
 __all__ = ["AutoResetHandler"]
 

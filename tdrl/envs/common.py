@@ -20,11 +20,11 @@ from tdrl.envs._done import (
     complete_done_data,
     fill_missing_done,
 )
-from tdrl.envs._env_keys import EnvKeys
 from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
-from tdrl.envs._keys import DoneCompletion, as_tuple, from_tuple
+from tdrl.envs._keys import DoneCompletion, EnvKeys, as_tuple, from_tuple
 from tdrl.envs._set_state import reset_kwargs
-from tdrl.envs._step_mdp import attach_next, fast_get, fast_set, merge_next
+from tdrl.envs._step_mdp import attach_next, merge_next
+from tdrl.envs._td_fast import any_true, fast_get, fast_set
 
 __all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
 
@@ -368,9 +368,7 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         if tensordict is not None:
             self._check_batch("reset", tensordict)
             masks = _partial.collect_reset_masks(tensordict, cache.reset_keys)
-            if len(masks) == len(cache.reset_keys) and not any(
-                _partial.any_true(m) for m in masks.values()
-            ):
+            if len(masks) == len(cache.reset_keys) and not any(any_true(m) for m in masks.values()):
                 # every level has a "_reset" and none is set: nothing to reset
                 _partial.remove_reset_keys(tensordict, cache.reset_keys)
                 return tensordict

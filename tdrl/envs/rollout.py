@@ -16,10 +16,10 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
-from tdrl.envs._partial import any_true
 from tdrl.envs._policy import ActionsExhausted, action_feeder, as_policy
 from tdrl.envs._stack import Irregular, stack_steps
-from tdrl.envs._step_mdp import fast_get, merge_next
+from tdrl.envs._step_mdp import merge_next
+from tdrl.envs._td_fast import any_true, fast_get
 
 if TYPE_CHECKING:
     from tdrl.envs.common import EnvBase

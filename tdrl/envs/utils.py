@@ -12,8 +12,9 @@ from tensordict import (
 from tdrl.data import Composite, Stacked, make_composite_from_td
 from tdrl.envs._checks import spec_mismatch
 from tdrl.envs._keys import as_tuple, from_tuple, group_done_keys, leaf_keys
-from tdrl.envs._partial import any_true, is_data_leaf
+from tdrl.envs._partial import is_data_leaf
 from tdrl.envs._step_mdp import mdp_plan, merge_next
+from tdrl.envs._td_fast import any_true
 from tdrl.envs.exploration import ExplorationType, exploration_type, set_exploration_type
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping
 from tdrl.envs.rollout import has_dynamic_specs

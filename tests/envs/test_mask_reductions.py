@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.envs import PendulumEnv
-from tdrl.envs._partial import _NUMPY_REDUCE_MIN, all_true, any_true
+from tdrl.envs._td_fast import _NUMPY_REDUCE_MIN, all_true, any_true
 
 
 def _masks(numel: int):

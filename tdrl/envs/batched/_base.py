@@ -17,8 +17,9 @@ from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase, is
 
 from tdrl._settings import rl_warnings
 from tdrl.envs._checks import check_layout
-from tdrl.envs._partial import all_true, is_data_leaf, merge_non_tensor
-from tdrl.envs._step_mdp import attach_next, fast_get, merge_next
+from tdrl.envs._partial import is_data_leaf, merge_non_tensor
+from tdrl.envs._step_mdp import attach_next, merge_next
+from tdrl.envs._td_fast import all_true, fast_get
 from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE
 from tdrl.envs.batched._specs import stack_env_specs

@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data import Categorical, Composite, Unbounded
-from tdrl.envs._partial import all_true
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs._gym_spaces import make_space_codec
 from tdrl.envs.libs.backends import BackendModule

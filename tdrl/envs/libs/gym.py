@@ -16,9 +16,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
-from tdrl.envs._partial import all_true
 from tdrl.envs._slot_pool import SlotPool
-from tdrl.envs._step_mdp import fast_get
+from tdrl.envs._td_fast import all_true, fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
 from tdrl.envs.libs import _gym_builders as builders
 from tdrl.envs.libs._gym_backend import gym_backend, set_gym_backend

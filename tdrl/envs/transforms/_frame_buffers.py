@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase, unravel_key
 
 from tdrl.data import Composite
-from tdrl.envs._partial import all_true
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.transforms.transform import (
     MISSING_KEY_ERROR,
     NestedKey,

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.envs._partial import align_mask, all_true
+from tdrl.envs._partial import align_mask
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.utils import step_mdp
 
 __all__ = ["batch_mask", "done_mask", "keep_where", "next_root", "step_masked"]

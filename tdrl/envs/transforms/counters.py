@@ -15,8 +15,8 @@ from tensordict import TensorDictBase
 
 from tdrl.data import Bounded, Categorical, Unbounded
 from tdrl.envs._keys import as_tuple, from_tuple
-from tdrl.envs._partial import align_mask, all_true
-from tdrl.envs._step_mdp import fast_get, fast_set
+from tdrl.envs._partial import align_mask
+from tdrl.envs._td_fast import all_true, fast_get, fast_set
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
 __all__ = ["InitTracker", "StepCounter", "TrajCounter"]

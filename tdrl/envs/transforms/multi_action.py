@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.envs._keys import as_tuple
-from tdrl.envs._partial import any_true
+from tdrl.envs._td_fast import any_true
 from tdrl.envs.transforms._substeps import done_mask, next_root, step_masked
 from tdrl.envs.transforms.transform import NestedKey, Transform
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.envs._partial import any_true
+from tdrl.envs._td_fast import any_true
 from tdrl.envs.transforms._substeps import (
     batch_mask,
     done_mask,

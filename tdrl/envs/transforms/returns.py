@@ -16,8 +16,8 @@ from tensordict import TensorDictBase
 
 from tdrl.data import Unbounded
 from tdrl.envs._keys import as_tuple, from_tuple
-from tdrl.envs._partial import align_mask, all_true, any_true
-from tdrl.envs._step_mdp import fast_get, fast_set
+from tdrl.envs._partial import align_mask
+from tdrl.envs._td_fast import all_true, any_true, fast_get, fast_set
 from tdrl.envs.transforms.rewards import KEY_SPEC_ERROR, _keys_or
 from tdrl.envs.transforms.transform import (
     NestedKey,

@@ -9,7 +9,8 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.data import Categorical
-from tdrl.envs._partial import align_mask, all_true
+from tdrl.envs._partial import align_mask
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.transforms.transform import NestedKey, Transform
 
 __all__ = ["RandomTruncationTransform", "TerminateTransform"]

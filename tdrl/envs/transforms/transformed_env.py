@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from tdrl._settings import auto_unwrap_transformed_env
 from tdrl.envs import _partial
 from tdrl.envs._done import complete_done_spec
-from tdrl.envs._step_mdp import fast_get
+from tdrl.envs._td_fast import all_true, any_true, fast_get
 from tdrl.envs.common import EnvBase
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.transform import Transform, _as_transform
@@ -250,11 +250,11 @@ class TransformedEnv(EnvBase):
                 f"{tuple(batch_size)}), got shape {tuple(partial.shape)}"
             )
         mask = partial.reshape(batch_size)
-        if _partial.all_true(mask):
+        if all_true(mask):
             next_tensordict = base._checked_step(tensordict_in)
             return transform._step(tensordict, next_tensordict)
         skipped = self._skip_tensordict(tensordict)
-        if not _partial.any_true(mask):
+        if not any_true(mask):
             return skipped
         if base.batch_locked:
             tensordict_in.set("_step", mask)
