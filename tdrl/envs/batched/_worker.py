@@ -4,14 +4,18 @@ Messages are pickled ``(command, payload)`` tuples sent with
 ``Connection.send_bytes``; the hot commands (a step or reset of every worker)
 are pre-pickled constants and carry no tensors, since the data lives in the
 shared buffers. Each command is answered with ``("ok", payload)`` or
-``("error", (exception, message, traceback))``. The worker exits on ``"close"``
-or when the parent's end of the pipe is gone (the parent died).
+``("error", (exception, message, traceback))``. The worker exits on ``"close"``,
+when the parent's end of the pipe is gone, and, through a watchdog thread, when the parent
+process dies while the worker is busy in its env's code.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
+import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -47,6 +51,37 @@ def error_reply(err: BaseException) -> bytes:
     return encode("error", (kind, f"{type(err).__name__}: {err}", text))
 
 
+#: How often (seconds) a worker's watchdog checks that its parent is alive.
+PARENT_CHECK_PERIOD = 0.5
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Start a daemon thread that ends this process as soon as ``parent_pid`` is gone.
+
+    A worker blocked in env code never reads its pipe, so the pipe's end-of-file cannot
+    stop it; the watchdog sees the parent die (the worker is re-parented, or the pid is
+    gone) and exits.
+    """
+
+    # Under fork the parent is the process that owns the env; under spawn or forkserver
+    # the direct parent may be a server process: either one going away ends the worker.
+    direct_parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != direct_parent:
+                os._exit(1)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass  # the pid exists (owned by someone else): the parent is alive
+            time.sleep(PARENT_CHECK_PERIOD)
+
+    threading.Thread(target=watch, name="tdrl-parent-watchdog", daemon=True).start()
+
+
 def worker_main(
     worker: int,
     conn: Connection,
@@ -68,7 +103,8 @@ def worker_main(
         arena: the shared buffers (None: data travels in the replies).
         layout: where each leaf lives in ``arena``.
         expected_specs: the ``(output_spec, input_spec)`` the parent built the buffers from.
-        options: ``filter_warnings``, ``num_threads``, ``device`` and ``consolidate``.
+        options: ``filter_warnings``, ``num_threads``, ``device``, ``consolidate`` and
+            ``parent_pid`` (the worker exits when that process is gone).
         inherited: connections of the parent inherited through fork, closed at once.
     """
     for other in inherited or ():
@@ -79,6 +115,8 @@ def worker_main(
         warnings.filterwarnings("ignore")
     if options.get("num_threads"):
         torch.set_num_threads(options["num_threads"])
+    if options.get("parent_pid") is not None:
+        exit_with_parent(options["parent_pid"])
     try:
         env_fn = cloudpickle.loads(env_fn) if isinstance(env_fn, bytes) else env_fn
         runner = EnvRunner(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import select
 import signal
@@ -31,6 +32,22 @@ WORKER_DIED = (
     "close the env and build a new one"
 )
 WORKER_FAILED = "worker {worker} of {cls} failed while running {command!r}: {message}"
+WORKER_STUCK = (
+    "worker {worker} of {cls} (pid {pid}) did not answer the {command!r} command within "
+    "timeout={timeout} s; its workers were stopped: close the env and build a new one"
+)
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"timeout: expected a number of seconds or None, got {type(timeout).__name__}"
+        )
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+    return float(timeout)
 
 
 def _exit_description(exitcode: int | None) -> str:
@@ -79,7 +96,9 @@ class ParallelEnv(BatchedEnvBase):
     changed. A worker whose env raises makes the parent raise with the worker's
     traceback; a worker that dies is reported at the next command. See
     :class:`BatchedEnvBase` for the arguments; warnings are silenced in the
-    workers unless ``tdrl.filter_warnings_subprocess`` is False.
+    workers unless ``tdrl.filter_warnings_subprocess`` is False. ``timeout`` (seconds,
+    default None: no limit) bounds how long a command waits for a worker (see
+    :attr:`timeout`); workers exit when the parent process dies, even inside env code.
 
     Examples:
         >>> from tdrl.envs import GymEnv, ParallelEnv
@@ -93,17 +112,34 @@ class ParallelEnv(BatchedEnvBase):
     def __new__(cls, num_workers: int = 1, *args: Any, **kwargs: Any) -> Any:
         """Build a SerialEnv instead when ``serial_for_single`` and one worker."""
         if num_workers == 1 and kwargs.get("serial_for_single", False):
-            kwargs = {k: v for k, v in kwargs.items() if k != "mp_start_method"}
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("mp_start_method", "timeout")}
             return SerialEnv(num_workers, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, *args: Any, mp_start_method: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        mp_start_method: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.__dict__["_mp_start_method"] = _start.validate_start_method(mp_start_method)
+        self.__dict__["_timeout"] = _check_timeout(timeout)
         super().__init__(*args, mp_start_method=mp_start_method, **kwargs)
         self._processes: list = []
         self._connections: list = []
         self._broken: str | None = None
         self._finalizer = None
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a command may wait for a worker's answer (None: no limit, the default).
+
+        A worker that does not answer in time (stuck in its env's code) makes the command
+        raise ``TimeoutError`` naming the worker, its pid and the command; the workers are
+        stopped, and the env must be rebuilt.
+        """
+        return self._timeout
 
     @property
     def mp_start_method(self) -> str | None:
@@ -121,6 +157,7 @@ class ParallelEnv(BatchedEnvBase):
             "filter_warnings": tdrl.filter_warnings_subprocess,
             "num_threads": self.num_sub_threads,
             "consolidate": self.consolidate and not self._use_buffers,
+            "parent_pid": os.getpid(),
         }
         processes: list = []
         connections: list = []
@@ -250,10 +287,17 @@ class ParallelEnv(BatchedEnvBase):
         connections = self._connections
         poll = self._poller.poll
         fd_worker = self._fd_worker
+        timeout = self._timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        period = _LIVENESS_PERIOD
         while pending:
-            events = poll(_LIVENESS_PERIOD * 1000)
+            if deadline is not None:
+                period = min(_LIVENESS_PERIOD, max(deadline - time.monotonic(), 0.0))
+            events = poll(period * 1000)
             if not events:
                 self._check_alive(pending, command)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._stuck(min(pending), command)
                 continue
             for fd, _ in events:
                 w = fd_worker[fd]
@@ -282,6 +326,18 @@ class ParallelEnv(BatchedEnvBase):
             how=_exit_description(process.exitcode),
         )
         raise RuntimeError(self._broken)
+
+    def _stuck(self, w: int, command: str) -> None:
+        """A worker missed the timeout: stop every worker (none is left hanging) and raise."""
+        self._broken = WORKER_STUCK.format(
+            worker=w,
+            cls=type(self).__name__,
+            pid=self._processes[w].pid,
+            command=command,
+            timeout=self._timeout,
+        )
+        self._shutdown()
+        raise TimeoutError(self._broken)
 
     def _raise_worker_error(self, w: int, value: tuple, command: str) -> None:
         kind, message, text = value
