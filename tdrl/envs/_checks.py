@@ -13,11 +13,17 @@ OUT_OF_SPEC = (
 )
 
 
-def check_layout(kind: str, key: Any, value: Any, shape: torch.Size, dtype: torch.dtype) -> None:
-    """The per-step check: ``value``'s shape and dtype are exactly ``shape`` and ``dtype``.
+def check_layout(
+    kind: str, key: Any, value: Any, shape: torch.Size, dtype: torch.dtype
+) -> torch.Tensor:
+    """The per-step check of ``value`` against a spec's ``shape`` and ``dtype``.
 
-    Two tuple comparisons, cheap enough for every step; raises ``ValueError`` (shape) or
-    ``TypeError`` (dtype, or not a tensor) naming ``key``, what was expected and what came.
+    Callers run it only when a cheap comparison (``value.shape != shape or value.dtype !=
+    dtype``) fails. The shape must match exactly (nothing is broadcast). A value of another
+    dtype is cast when every value survives the cast (a ``1.0`` for an integer spec); a
+    cast that would change a value (``0.7`` to ``0``) is refused. Returns the value to use;
+    raises ``ValueError`` (shape) or ``TypeError`` (dtype, or not a tensor) naming ``key``,
+    what was expected and what was received.
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(
@@ -29,10 +35,15 @@ def check_layout(kind: str, key: Any, value: Any, shape: torch.Size, dtype: torc
                 kind=kind, key=key, what="shape", expected=tuple(shape), got=tuple(value.shape)
             )
         )
-    if value.dtype != dtype:
-        raise TypeError(
-            SPEC_MISMATCH.format(kind=kind, key=key, what="dtype", expected=dtype, got=value.dtype)
+    if value.dtype == dtype:
+        return value
+    cast = value.to(dtype)
+    if not torch.equal(cast.to(value.dtype), value):
+        message = SPEC_MISMATCH.format(
+            kind=kind, key=key, what="dtype", expected=dtype, got=value.dtype
         )
+        raise TypeError(f"{message}, with values that a cast to {dtype} would change")
+    return cast
 
 
 def shapes_match(expected: tuple, got: tuple) -> bool:

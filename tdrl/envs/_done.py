@@ -116,23 +116,3 @@ def check_done_after_reset(data: TensorDictBase, done_flag_keys: list, masks: di
                 f"the env entry {key!r} is True after reset for elements that were reset; "
                 "pass allow_done_after_reset=True to the env if this is expected"
             )
-
-
-def check_step_done(env_name: str, data: TensorDictBase, plan: list[DoneCompletion]) -> None:
-    """Raise ``ValueError`` when a ``_step`` output holds no done entry at any level.
-
-    A reset may leave its done entries out (they are False), and a step may leave out the
-    entries of a level it does not signal (they are False too); a step that signals no end
-    of episode at all has forgotten its flags, and an episode that never ends would go
-    unnoticed.
-    """
-    keys = []
-    for level in plan:
-        keys += [level.done, level.terminated]
-        if level.truncated is not None and not level.fill_truncated:
-            keys.append(level.truncated)
-    if all(fast_get(data, key) is None for key in keys):
-        raise ValueError(
-            f"{env_name}._step output: expected at least one of the done entries {keys}, "
-            f"got none of them (keys present: {sorted(map(str, data.keys()))})"
-        )

@@ -16,7 +16,6 @@ from tdrl.envs import rollout as _rollout
 from tdrl.envs._checks import check_inputs, check_outputs
 from tdrl.envs._done import (
     check_done_after_reset,
-    check_step_done,
     complete_done_data,
     fill_missing_done,
 )
@@ -462,7 +461,6 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
             next_tensordict = next_tensordict.to(device)
         completions = self._cache.done_completions
         if completions and complete_done_data(next_tensordict, completions):
-            check_step_done(type(self).__name__, next_tensordict, completions)
             self._fill_done(next_tensordict)
         if self.run_type_checks:
             self._check_outputs(next_tensordict)

@@ -51,13 +51,25 @@ def test_a_batched_env_does_not_broadcast_an_action(batched_cartpole):
         batched_cartpole.step(td)
 
 
-def test_a_batched_env_does_not_cast_an_action(batched_cartpole):
+def test_a_batched_env_does_not_cast_an_action_that_a_cast_would_change(batched_cartpole):
     # [0.3, 0.7] would become [0, 0] and step left where a single env steps right
     td = batched_cartpole.reset().set("action", torch.tensor([[0.3, 0.7], [0.3, 0.7]]))
-    with pytest.raises(TypeError, match=r"key 'action': expected dtype torch.int64, got torch"):
+    with pytest.raises(
+        TypeError, match=r"key 'action': expected dtype torch.int64, got torch.float32, with values"
+    ):
         batched_cartpole.step(td)
     with pytest.raises(TypeError, match="key 'action'"):
         batched_cartpole.step_and_maybe_reset(td)
+
+
+def test_a_batched_env_casts_an_action_whose_values_survive_the_cast(batched_cartpole):
+    env = batched_cartpole
+    action = torch.tensor([[0, 1], [1, 0]])
+    env.set_seed(0)
+    expected = env.step(env.reset().set("action", action))["next", "observation"]
+    env.set_seed(0)
+    got = env.step(env.reset().set("action", action.float()))["next", "observation"]
+    assert torch.equal(got, expected)
 
 
 @pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
@@ -89,7 +101,7 @@ def test_a_sub_env_output_of_another_dtype_is_an_error(batched):
     "action, error, message",
     [
         (torch.tensor([0, 1, 0]), ValueError, r"expected shape \(2,\), got \(3,\)"),
-        (torch.tensor([0.0, 1.0]), TypeError, r"expected dtype torch.int64, got torch.float32"),
+        (torch.tensor([0.5, 1.0]), TypeError, r"expected dtype torch.int64, got torch.float32"),
         ([0, 1], TypeError, "expected a tensor, got list"),
     ],
 )
@@ -107,6 +119,15 @@ def test_gym_env_checks_one_hot_values_under_run_type_checks(action):
     td = env.reset().set("action", torch.tensor(action))
     with pytest.raises(ValueError, match=r"action value out of spec at key 'action'.*OneHot"):
         env.step(td)
+
+
+def test_gym_env_casts_an_action_whose_values_survive_the_cast():
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    expected = env.step(env.reset().set("action", torch.tensor([0, 1])))["next", "observation"]
+    env.set_seed(0)
+    got = env.step(env.reset().set("action", torch.tensor([0.0, 1.0])))["next", "observation"]
+    assert torch.equal(got, expected)
 
 
 def test_gym_env_names_a_missing_action():

@@ -378,8 +378,8 @@ class BatchedEnvBase(EnvBase):
             raise KeyError(
                 f"{type(self).__name__}.step: the input has no entry for the key {key!r}"
             )
-        # no broadcast, no cast: an action of another layout is an error, not a guess
-        check_layout("action", key, value, buffer.shape, buffer.dtype)
+        # no broadcast, no lossy cast: an action of another layout is an error, not a guess
+        value = check_layout("action", key, value, buffer.shape, buffer.dtype)
         buffer.copy_(value, non_blocking=self.non_blocking)
 
     def _read(self, region: str, replies: list, workers: list[int]) -> TensorDictBase:

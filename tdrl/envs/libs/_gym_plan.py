@@ -164,8 +164,9 @@ class GymStepPlan:
     def step(self, action: torch.Tensor) -> tuple[dict[str, Any], Any, Any, Any, Any]:
         """Run one step from an action tensor.
 
-        The action's shape and dtype must be the spec's (checked at every step, a tuple
-        comparison); its values are checked only under ``run_type_checks``.
+        The action's shape must be the spec's and its dtype the spec's or one its values
+        survive a cast to (checked at every step, a tuple comparison); its values are
+        checked only under ``run_type_checks``.
 
         Returns:
             ``(observations, reward, terminated, truncated, info)``: the observations read
@@ -178,7 +179,7 @@ class GymStepPlan:
             except AttributeError:  # not a tensor
                 bad = True
             if bad:
-                check_layout("action", "action", action, shape, self._action_dtype)
+                action = check_layout("action", "action", action, shape, self._action_dtype)
         observation, reward, terminated, truncated, info = self.simulate(self.write_action(action))
         return self.read_observation(observation), reward, terminated, truncated, info
 
