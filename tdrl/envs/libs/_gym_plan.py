@@ -126,6 +126,10 @@ class GymStepPlan:
                 break
         return observation, reward, terminated, truncated, info
 
+    def _bound_simulate(self) -> Callable[[Any], tuple]:
+        """:meth:`simulate` for a run of steps: the simulator's own ``step`` without skips."""
+        return self.simulator.step if self._owner.wrapper_frame_skip == 1 else self.simulate
+
     def read_observation(self, observation: Any) -> dict[str, Any]:
         """The simulator's observation as a dict of tensors (and the rendered frame)."""
         readers = self._obs_readers
@@ -193,14 +197,18 @@ class GymStepPlan:
         """
         env = self._owner
         sample_action = env._cache.action_leaf.rand
-        step = self.step
+        # the actions are drawn from the spec: no layout to check
+        simulate = self._bound_simulate()
+        write_action = self.write_action
+        read_observation = self.read_observation
         roots, actions, nexts = [], [], []
         rewards, terminateds, truncateds = [], [], []
         root = self._reset_observation()
         last = max_steps - 1
         for i in range(max_steps):
             action = sample_action()
-            observation, reward, terminated, truncated, _ = step(action)
+            observation, reward, terminated, truncated, _ = simulate(write_action(action))
+            observation = read_observation(observation)
             terminated = bool(terminated)
             truncated = bool(truncated)
             roots.append(root)
@@ -271,7 +279,7 @@ class GymStepPlan:
         obs_keys = self.observation_keys
         if not self._cpu_buffers(outputs, {*obs_keys, "reward", *_FLAGS}):
             return None
-        simulate = self.simulate
+        simulate = self._bound_simulate()
         write_action = self._action_reader(action)
         read_observation = self._observation_writer(outputs)
         # numpy views of the one-element buffers: a store is cheaper than a tensor op
