@@ -46,6 +46,8 @@ FAST_PATH_METHODS = (
     "_reset",
     "_post_process",
     "rand_action",
+    # a subclass's own plan (other reward or observation conversions) has no fast paths
+    "_make_step_plan",
 )
 
 

@@ -284,7 +284,11 @@ class GymWrapper(GymLikeEnv):
             self.__dict__["_flag_pool"] = SlotPool(torch.bool)
             self.__dict__["_reward_pool"] = SlotPool(torch.float32)
         self.__dict__["_last_obs"] = None
-        self.__dict__["_step_plan"] = GymStepPlan(self)
+        self.__dict__["_step_plan"] = self._make_step_plan()
+
+    def _make_step_plan(self) -> GymStepPlan:
+        """The step plan of this env (a subclass with other conversions returns its own)."""
+        return GymStepPlan(self)
 
     # ------------------------------------------------------------------ data conversion
     def _render(self) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tdrl.data.specs import Unbounded
+from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymWrapper
 
 __all__ = ["MOGymEnv", "MOGymWrapper"]
@@ -70,19 +71,28 @@ class MOGymWrapper(GymWrapper):
         self.__dict__["_reward_numpy_dtype"] = np.dtype(space.dtype)
         self.reward_spec = Unbounded(self._reward_shape, dtype=dtype, device=self.device)
 
-    def _simulator_step(self, action: Any) -> tuple:
+    def _make_step_plan(self) -> GymStepPlan:
+        return _VectorRewardPlan(self)
+
+
+class _VectorRewardPlan(GymStepPlan):
+    """The gym step plan with one reward entry per objective."""
+
+    def simulate(self, action: Any) -> tuple:
         """One (frame-skipped) simulator step; the reward vector is checked and copied."""
-        observation, reward, terminated, truncated, info = super()._simulator_step(action)
-        reward = np.array(reward, dtype=self._reward_numpy_dtype, copy=True)
-        if reward.size != int(np.prod(self._reward_shape)):
+        observation, reward, terminated, truncated, info = super().simulate(action)
+        owner = self._owner
+        reward = np.array(reward, dtype=owner._reward_numpy_dtype, copy=True)
+        if reward.size != int(np.prod(owner._reward_shape)):
             raise ValueError(
-                f"MOGymWrapper reward: expected {self._reward_shape} values (reward_space), got "
+                f"MOGymWrapper reward: expected {owner._reward_shape} values (reward_space), got "
                 f"shape {reward.shape}"
             )
         return observation, reward, terminated, truncated, info
 
-    def _reward(self, reward: Any) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(reward).reshape(self._reward_shape))
+    def reward(self, reward: Any) -> torch.Tensor:
+        """The reward vector as a tensor of the reward spec's shape."""
+        return torch.from_numpy(np.asarray(reward).reshape(self._owner._reward_shape))
 
 
 class MOGymEnv(MOGymWrapper):

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from tdrl.envs._partial import all_true
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.common import EnvBase
 from tdrl.envs.libs.backends import BackendModule
 from tdrl.envs.marl import MarlGroupMapType, check_marl_grouping

@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Categorical, Composite, TensorSpec, Unbounded
-from tdrl.envs._partial import all_true
+from tdrl.envs._td_fast import all_true
 from tdrl.envs.gym_like import _EnvWrapper
 from tdrl.envs.libs._gym_spaces import gym_space_to_spec
 from tdrl.envs.libs._marl import (
