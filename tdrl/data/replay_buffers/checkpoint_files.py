@@ -59,6 +59,11 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[str]:
     existing ``path`` is first renamed to a backup name, then deleted after the swap.
     """
     path = os.path.abspath(os.fspath(path))
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise FileExistsError(
+            f"cannot write a checkpoint folder at {path}: a file that is not a folder is there "
+            "(remove it or choose another path)"
+        )
     parent, name = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
     _remove_stale_temporaries(parent, name)

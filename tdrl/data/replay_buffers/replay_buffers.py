@@ -29,6 +29,7 @@ from tdrl.data.replay_buffers.storages import (
     TensorStorage,
 )
 from tdrl.data.replay_buffers.utils import (
+    checked_batch_size,
     item_list,
     move_extend_dim,
     stack_items,
@@ -588,6 +589,8 @@ class ReplayBuffer(InPlaceAccess):
                 raise DataValueError(
                     "batch_size not specified: pass it to the constructor or to sample()"
                 )
+        elif type(batch_size) is not int or batch_size < 0:
+            batch_size = checked_batch_size(batch_size)
         if self._prefetch_cap and batch_size == self._batch_size:
             queue = self._prefetch_queue
             while len(queue) < self._prefetch_cap:

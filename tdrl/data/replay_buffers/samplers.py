@@ -277,6 +277,15 @@ class SamplerWithoutReplacement(Sampler):
         return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
 
 
+def _check_exponent(name: str, value: Any) -> None:
+    """Raise unless ``value`` is a finite real number >= 0 (NaN fails every comparison)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not 0 <= float(value) < float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
 class PrioritizedSampler(Sampler):
     """Prioritized experience replay (Schaul et al., 2015) on vectorised sum / min trees.
 
@@ -324,12 +333,9 @@ class PrioritizedSampler(Sampler):
         super().__init__()
         if int(max_capacity) < 1:
             raise ValueError(f"max_capacity must be a positive integer, got {max_capacity}")
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        _check_exponent("alpha", alpha)
+        _check_exponent("beta", beta)
+        _check_exponent("eps", eps)
         if reduction not in _PRIORITY_REDUCTIONS:
             raise ValueError(f"reduction must be one of {_PRIORITY_REDUCTIONS}, got {reduction!r}")
         self._max_capacity = int(max_capacity)
@@ -364,6 +370,7 @@ class PrioritizedSampler(Sampler):
 
     @beta.setter
     def beta(self, value: float) -> None:
+        _check_exponent("beta", value)
         self._beta = float(value)
 
     @property
@@ -500,7 +507,13 @@ class PrioritizedSampler(Sampler):
             if storage is None:
                 raise ValueError("multi-dimensional indices need the storage to be flattened")
             return storage._ravel(index)
-        return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        index = torch.as_tensor(index)
+        if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+            raise TypeError(
+                f"priority index must hold integers, got a {index.dtype} tensor "
+                f"{index.reshape(-1)[:4].tolist()}"
+            )
+        return index.reshape(-1).long()
 
     def _one_per_index(self, priority: torch.Tensor, count: int) -> torch.Tensor:
         if priority.numel() == 1:

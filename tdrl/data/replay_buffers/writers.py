@@ -406,10 +406,19 @@ class TensorDictMaxValueWriter(Writer):
             rank.reshape(rank.shape[0], -1).to(torch.float64) if rank.ndim else rank.reshape(1, 1)
         )
         if self._reduction == "median":
-            return rank.median(-1).values
-        if self._reduction in ("max", "min"):
-            return getattr(rank, f"a{self._reduction}")(-1)
-        return getattr(rank, self._reduction)(-1)
+            rank = rank.median(-1).values
+        elif self._reduction in ("max", "min"):
+            rank = getattr(rank, f"a{self._reduction}")(-1)
+        else:
+            rank = getattr(rank, self._reduction)(-1)
+        if rank.is_floating_point() and bool(rank.isnan().any()):
+            # NaN sorts above every number in topk: it would evict the best items
+            position = int(rank.isnan().nonzero()[0, 0])
+            raise ValueError(
+                f"rank {self._rank_key!r} is NaN for item {position} of the data written: "
+                "ranks must be numbers"
+            )
+        return rank
 
     def add(self, data: TensorDictBase) -> int | None:
         """Write one item if it ranks high enough; returns its index or ``None``."""
