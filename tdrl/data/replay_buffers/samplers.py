@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from multiprocessing import context as _mp_context
+from typing import Any, TypeVar
 
 import torch
 
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 from tdrl.data.replay_buffers.storage_base import EMPTY_SAMPLE_MSG
 from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
 
@@ -24,6 +28,32 @@ __all__ = [
 
 _INF = float("inf")
 _PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
+# seconds a shared prioritized sampler waits for another process's draw or update
+_SHARED_LOCK_TIMEOUT = 120.0
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _across_processes(method: _Method) -> _Method:
+    """Run a method of a shared :class:`PrioritizedSampler` under its process lock.
+
+    The largest priority seen so far travels with the lock through shared memory.
+    """
+
+    @functools.wraps(method)
+    def locked(self: PrioritizedSampler, *args: Any, **kwargs: Any) -> Any:
+        lock = self._lock
+        if lock is None:
+            return method(self, *args, **kwargs)
+        with lock:
+            shared_max = self._shared_max
+            self._max_priority = float(shared_max[0])
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                shared_max[0] = self._max_priority
+
+    return locked  # type: ignore[return-value]
 
 
 class Sampler:
@@ -100,6 +130,10 @@ class Sampler:
     def ran_out(self) -> bool:
         """Whether the last batch ended an epoch (iteration over the buffer stops there)."""
         return False
+
+    def share(self, shared: bool = True) -> Sampler:
+        """Make the sampler's state visible to processes started afterwards (no state: no-op)."""
+        return self
 
     def _empty(self) -> None:
         """Forget everything (the buffer was emptied)."""
@@ -350,6 +384,9 @@ class PrioritizedSampler(Sampler):
         # up to 1024 items); a one-element eps tensor keeps the sum in float64
         self._values = torch.empty(0, dtype=torch.float64)
         self._eps_tensor = torch.tensor([self._eps], dtype=torch.float64)
+        # set by share(): the process lock and the largest priority, in shared memory
+        self._lock: ProcessLock | None = None
+        self._shared_max: torch.Tensor | None = None
         self._build_trees()
 
     def _build_trees(self) -> None:
@@ -357,6 +394,46 @@ class PrioritizedSampler(Sampler):
         self._max_tree = (
             MaxSegmentTree(self._max_capacity) if self._max_priority_within_buffer else None
         )
+        if self._lock is not None:
+            self._share_trees()
+
+    def _share_trees(self) -> None:
+        self._tree.share_memory_()
+        if self._max_tree is not None:
+            self._max_tree.share_memory_()
+
+    def share(self, shared: bool = True) -> PrioritizedSampler:
+        """Keep the priorities in shared memory, for a buffer written by several processes.
+
+        Call it before the other processes start (``ReplayBuffer(..., shared=True)`` and
+        :meth:`ReplayBuffer.share` do): forked and spawned children then draw from and update
+        the same priorities, and every draw or update holds a process lock that the OS
+        releases if its holder dies.
+
+        Examples:
+            >>> sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0).share()
+            >>> sampler.is_shared
+            True
+        """
+        if shared and self._lock is None:
+            self._share_trees()
+            self._shared_max = torch.tensor([self._max_priority], dtype=torch.float64)
+            self._shared_max.share_memory_()
+            self._lock = ProcessLock("prioritized sampler lock", timeout=_SHARED_LOCK_TIMEOUT)
+        return self
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether the priorities live in shared memory (see :meth:`share`)."""
+        return self._lock is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if _mp_context.get_spawning_popen() is None:
+            # a copy (deepcopy, torch.save) is a sampler of its own
+            state["_lock"] = None
+            state["_shared_max"] = None
+        return state
 
     @property
     def alpha(self) -> float:
@@ -393,6 +470,7 @@ class PrioritizedSampler(Sampler):
             return (1.0 + self._eps) ** self._alpha
         return (self._max_priority + self._eps) ** self._alpha
 
+    @_across_processes
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
         length = len(storage)
@@ -417,6 +495,7 @@ class PrioritizedSampler(Sampler):
         """Give the new item the default priority."""
         self.extend(torch.as_tensor([index]))
 
+    @_across_processes
     def extend(self, index: torch.Tensor) -> None:
         """Give the new items the default priority."""
         index = torch.as_tensor(index).reshape(-1)
@@ -425,6 +504,7 @@ class PrioritizedSampler(Sampler):
             self._max_tree.update(index, float("-inf"))
         self._set(index, self.default_priority)
 
+    @_across_processes
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
         """Overwritten items get the default priority."""
         flat = storage._ravel(index) if storage is not None else torch.as_tensor(index).reshape(-1)
@@ -437,6 +517,7 @@ class PrioritizedSampler(Sampler):
             return getattr(priority, f"a{self.reduction}")(-1)
         return getattr(priority, self.reduction)(-1)
 
+    @_across_processes
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
         """Set new priorities (e.g. absolute TD errors) for the items at ``index``.
 
@@ -527,6 +608,7 @@ class PrioritizedSampler(Sampler):
             )
         return priority.reshape(-1)
 
+    @_across_processes
     def _empty(self) -> None:
         self._max_priority = 1.0
         self._tree.fill_()
@@ -549,6 +631,7 @@ class PrioritizedSampler(Sampler):
         if self._max_tree is not None:
             self._max_tree.load_leaves(torch.where(leaves > 0, leaves, float("-inf")))
 
+    @_across_processes
     def state_dict(self) -> dict[str, Any]:
         """Hyper-parameters, the largest priority and the tree leaves."""
         return {
@@ -560,6 +643,7 @@ class PrioritizedSampler(Sampler):
             "_priorities": self._tree.leaves().clone(),
         }
 
+    @_across_processes
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore hyper-parameters, the largest priority and the trees."""
         self._alpha = state_dict["_alpha"]
