@@ -207,6 +207,11 @@ def load_tensor(folder: str, entry: dict, what: str) -> torch.Tensor:
         raise ValueError(
             f"damaged checkpoint metadata for {what}: file {entry['file']!r} is outside {folder}"
         )
+    if os.path.islink(file):
+        raise ValueError(
+            f"damaged checkpoint: the file of {what} ({file}) is a symbolic link; a checkpoint "
+            "only reads files inside its folder"
+        )
     if not os.path.isfile(file):
         raise ValueError(f"damaged checkpoint: the file of {what} is missing ({file})")
     expected = shape.numel() * dtype.itemsize

@@ -645,7 +645,27 @@ class PrioritizedSampler(Sampler):
 
     @_across_processes
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore hyper-parameters, the largest priority and the trees."""
+        """Restore hyper-parameters, the largest priority and the trees.
+
+        Raises:
+            ValueError: when a parameter is negative or not finite, or the priorities are not
+                finite non-negative values, one per slot of ``_max_capacity``.
+        """
+        for name in ("_alpha", "_beta", "_eps", "_max_priority"):
+            _check_exponent(f"sampler state {name}", state_dict[name])
+        capacity = state_dict["_max_capacity"]
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(
+                f"sampler state _max_capacity must be a positive integer, got {capacity!r}"
+            )
+        priorities = torch.as_tensor(state_dict["_priorities"])
+        if priorities.shape != (capacity,):
+            raise ValueError(
+                f"sampler state _priorities: expected shape ({capacity},), "
+                f"got {tuple(priorities.shape)}"
+            )
+        if not bool(torch.isfinite(priorities).all()) or bool((priorities < 0).any()):
+            raise ValueError("sampler state _priorities must be finite and >= 0")
         self._alpha = state_dict["_alpha"]
         self._beta = state_dict["_beta"]
         self._eps = state_dict["_eps"]

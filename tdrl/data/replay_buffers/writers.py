@@ -34,6 +34,15 @@ def _new_lock() -> ProcessLock:
     return ProcessLock("replay buffer writer lock", timeout=DEFAULT_LOCK_TIMEOUT)
 
 
+def _count(value: Any, name: str) -> int:
+    """A non-negative integer read from a writer state; raises naming ``name`` otherwise."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"writer state: {name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 class Writer:
     """Base class of writers: turns ``add`` / ``extend`` into storage writes and returns indices.
 
@@ -221,8 +230,20 @@ class Writer:
         load_state(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore cursor, write count and row generations (when saved)."""
-        self._state.copy_(torch.tensor([state_dict["_cursor"], state_dict.get("_write_count", 0)]))
+        """Restore cursor, write count and row generations (when saved).
+
+        Raises:
+            ValueError: when the cursor is not an integer in ``[0, max_size]`` of the attached
+                storage, or the write count is not a non-negative integer.
+        """
+        cursor = _count(state_dict.get("_cursor"), "_cursor")
+        written = _count(state_dict.get("_write_count", 0), "_write_count")
+        limit = getattr(self._storage, "max_size", None)
+        if limit is not None and cursor > limit:
+            raise ValueError(
+                f"writer state: _cursor must be in [0, {limit}] (the storage's max_size), got {cursor}"
+            )
+        self._state.copy_(torch.tensor([cursor, written]))
         generation = state_dict.get("_generation")
         if generation is not None and self._track_generations:
             self._generation = generation
