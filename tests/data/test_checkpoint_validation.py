@@ -116,3 +116,46 @@ def test_a_sound_checkpoint_still_loads(saved) -> None:
     rb.loads(saved)
     assert rb[:].tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
     assert rb.write_count == 6 and rb.batch_size == 2
+
+
+def _dump_versions(path: str, rounds: int) -> None:
+    torch.set_num_threads(1)
+    buffers = []
+    for version in (1, 2):
+        rb = PrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, storage=LazyTensorStorage(10), batch_size=version
+        )
+        rb.extend(torch.full((4 * version,), float(version)))
+        rb.update_priority(torch.arange(4 * version), float(version))
+        buffers.append(rb)
+    for round_ in range(rounds):
+        buffers[round_ % 2].dumps(path)
+
+
+def test_loads_reads_one_version_while_another_process_dumps(tmp_path) -> None:
+    import multiprocessing as mp
+
+    path = str(tmp_path / "ckpt")
+    _dump_versions(path, 1)
+    proc = mp.get_context("fork").Process(target=_dump_versions, args=(path, 400))
+    proc.start()
+    loads = mixed = 0
+    try:
+        while proc.is_alive() and loads < 200:
+            rb = PrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(10))
+            rb.loads(path)
+            loads += 1
+            version = rb.batch_size
+            priorities = rb.sampler.state_dict()["_priorities"]
+            consistent = (
+                rb[:].eq(version).all()
+                and len(rb) == 4 * version
+                and rb.write_count == 4 * version
+                and priorities[: 4 * version].sub(version).abs().max() < 1e-6
+            )
+            mixed += not bool(consistent)
+    finally:
+        proc.join(timeout=120)
+    assert proc.exitcode == 0
+    assert loads >= 10
+    assert mixed == 0, f"{mixed} of {loads} loads mixed two versions"

@@ -38,6 +38,7 @@ from tdrl.data.replay_buffers.checkpoint_files import (
     FORMAT_VERSION,
     atomic_folder,
     checkpoint_folder,
+    checkpoint_guard,
     dtype_name,
     dtype_of,
     dump_state,
@@ -546,7 +547,7 @@ def _buffer_checkpointer(buffer: Any) -> StorageCheckpointerBase:
 
 def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
     """Save a replay buffer's storage, sampler and writer (not its transforms) under ``path``."""
-    with atomic_folder(path) as folder:
+    with atomic_folder(path, guarded=True) as folder:
         storage = buffer._storage
         _buffer_checkpointer(buffer).dumps(storage, os.path.join(folder, "storage"))
         dump_state(buffer._sampler, os.path.join(folder, "sampler"))
@@ -597,7 +598,11 @@ def load_buffer(buffer: Any, path: str | os.PathLike) -> None:
     (each checks what it reads), then the storage: a damaged part raises before the storage
     is overwritten, and the sampler and writer get their previous state back.
     """
-    folder = checkpoint_folder(path)
+    with checkpoint_guard(path, exclusive=False):
+        _load_buffer(buffer, checkpoint_folder(path))
+
+
+def _load_buffer(buffer: Any, folder: str) -> None:
     meta = read_metadata(folder, "tdrl.ReplayBuffer")
     batch_size, rng_state = _checked_buffer_meta(folder, meta, buffer)
     sampler, writer, storage = buffer._sampler, buffer._writer, buffer._storage
