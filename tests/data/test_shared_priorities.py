@@ -104,3 +104,39 @@ def test_unshared_sampler_copies_stay_independent() -> None:
     sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0).share()
     twin = copy.deepcopy(sampler)
     assert sampler.is_shared and not twin.is_shared
+
+
+def _update_and_stall(rb: TensorDictReplayBuffer, flag: str) -> None:
+    import time
+
+    from tdrl.data.replay_buffers import sum_tree
+
+    def stalled(self, index, value):
+        open(flag, "w").close()
+        time.sleep(120)
+
+    sum_tree.PriorityTree._write = stalled  # only in this child
+    rb.update_priority(torch.tensor([0]), torch.tensor([5.0]))
+
+
+def test_a_process_killed_inside_update_priority_does_not_block_the_others(tmp_path) -> None:
+    import os
+    import signal
+    import time
+
+    rb = _buffer(LazyTensorStorage(8))
+    rb.extend(TensorDict({"proc": torch.zeros(8, dtype=torch.long), "step": torch.arange(8)}, [8]))
+    flag = str(tmp_path / "flag")
+    proc = mp.get_context("fork").Process(target=_update_and_stall, args=(rb, flag))
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(flag):
+        assert time.monotonic() < deadline and proc.is_alive()
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=30)
+    assert proc.exitcode == -signal.SIGKILL
+    start = time.monotonic()
+    rb.update_priority(torch.tensor([3]), torch.tensor([1000.0]))
+    assert (rb.sample(100)["step"] == 3).sum() > 90
+    assert time.monotonic() - start < 5
