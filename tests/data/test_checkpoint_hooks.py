@@ -14,7 +14,6 @@ from tdrl.data.replay_buffers import (
     LazyTensorStorage,
     ListStorage,
     ReplayBuffer,
-    TensorDictReplayBuffer,
 )
 from tdrl.data.replay_buffers.checkpointers import (
     FlatStorageCheckpointer,
@@ -173,7 +172,7 @@ def test_hook_mismatches_raise_clear_errors(tmp_path):
     rb = _flat_buffer(LazyTensorStorage(20))
     rb.extend(data)
     rb.dumps(tmp_path / "flat")
-    no_hooks = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    no_hooks = ReplayBuffer(storage=LazyTensorStorage(20))
     with pytest.raises(ValueError, match="content keys mismatch after the load hooks.*undo"):
         no_hooks.loads(tmp_path / "flat")
     plain = ReplayBuffer(storage=LazyTensorStorage(20))

@@ -9,6 +9,7 @@ name and renames it into place, so a crash mid-write keeps the previous folder l
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ __all__ = [
     "META_FILE",
     "atomic_folder",
     "checkpoint_folder",
+    "checkpoint_guard",
     "dtype_name",
     "dtype_of",
     "dump_state",
@@ -52,13 +54,39 @@ def _backup_path(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_folder(path: str | os.PathLike) -> Iterator[str]:
+def checkpoint_guard(path: str | os.PathLike, *, exclusive: bool) -> Iterator[None]:
+    """Hold the lock that keeps readers of the checkpoint ``path`` apart from its replacement.
+
+    Readers share it for a whole load; :func:`atomic_folder` called with ``guarded=True``
+    holds it alone while it swaps the new folder in. It is a ``flock`` on the parent folder
+    (no file is left behind), which the OS releases if its holder dies, so a load never
+    reads half of one version and half of another written by a concurrent dump.
+    """
+    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+    os.makedirs(parent, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike, *, guarded: bool = False) -> Iterator[str]:
     """Yield a temporary sibling folder of ``path`` and move it to ``path`` once the block ends.
 
     If the block raises, the temporary folder is removed and ``path`` is untouched. An
-    existing ``path`` is first renamed to a backup name, then deleted after the swap.
+    existing ``path`` is first renamed to a backup name, then deleted after the swap. With
+    ``guarded``, the swap holds :func:`checkpoint_guard` alone, so guarded readers see the
+    old folder or the new one, never a mix.
     """
     path = os.path.abspath(os.fspath(path))
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise FileExistsError(
+            f"cannot write a checkpoint folder at {path}: a file that is not a folder is there "
+            "(remove it or choose another path)"
+        )
     parent, name = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
     _remove_stale_temporaries(parent, name)
@@ -69,6 +97,11 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    with checkpoint_guard(path, exclusive=True) if guarded else contextlib.nullcontext():
+        _swap_in(tmp, path)
+
+
+def _swap_in(tmp: str, path: str) -> None:
     backup = _backup_path(path)
     if os.path.lexists(backup):
         if os.path.isdir(path):
@@ -201,6 +234,11 @@ def load_tensor(folder: str, entry: dict, what: str) -> torch.Tensor:
     if os.path.dirname(os.path.normpath(file)) != os.path.normpath(folder):
         raise ValueError(
             f"damaged checkpoint metadata for {what}: file {entry['file']!r} is outside {folder}"
+        )
+    if os.path.islink(file):
+        raise ValueError(
+            f"damaged checkpoint: the file of {what} ({file}) is a symbolic link; a checkpoint "
+            "only reads files inside its folder"
         )
     if not os.path.isfile(file):
         raise ValueError(f"damaged checkpoint: the file of {what} is missing ({file})")

@@ -38,6 +38,7 @@ from tdrl.data.replay_buffers.checkpoint_files import (
     FORMAT_VERSION,
     atomic_folder,
     checkpoint_folder,
+    checkpoint_guard,
     dtype_name,
     dtype_of,
     dump_state,
@@ -546,7 +547,7 @@ def _buffer_checkpointer(buffer: Any) -> StorageCheckpointerBase:
 
 def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
     """Save a replay buffer's storage, sampler and writer (not its transforms) under ``path``."""
-    with atomic_folder(path) as folder:
+    with atomic_folder(path, guarded=True) as folder:
         storage = buffer._storage
         _buffer_checkpointer(buffer).dumps(storage, os.path.join(folder, "storage"))
         dump_state(buffer._sampler, os.path.join(folder, "sampler"))
@@ -570,23 +571,58 @@ def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
         )
 
 
-def load_buffer(buffer: Any, path: str | os.PathLike) -> None:
-    """Restore a replay buffer saved by :func:`dump_buffer`."""
-    folder = checkpoint_folder(path)
-    meta = read_metadata(folder, "tdrl.ReplayBuffer")
-    storage = buffer._storage
-    _buffer_checkpointer(buffer).loads(storage, os.path.join(folder, "storage"))
-    buffer._known_max_size = storage.max_size
-    sampler_folder = os.path.join(folder, "sampler")
-    if storage.max_size != getattr(buffer._sampler, "_max_capacity", storage.max_size):
-        buffer._sampler._storage_resized(storage.max_size)
-    load_state(buffer._sampler, sampler_folder)
-    load_state(buffer._writer, os.path.join(folder, "writer"))
-    if hasattr(buffer._sampler, "_cache"):
-        buffer._sampler._cache.clear()
-    buffer._batch_size = meta.get("batch_size", buffer._batch_size)
+def _checked_buffer_meta(folder: str, meta: dict, buffer: Any) -> tuple[Any, Any]:
+    """The batch size and rng state of a buffer checkpoint, checked before anything is loaded."""
+    batch_size = meta.get("batch_size", buffer._batch_size)
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(
+            f"damaged checkpoint metadata in {folder}: batch_size must be a positive integer "
+            f"or null, got {batch_size!r}"
+        )
+    rng_state = None
     if "rng" in meta and buffer._rng is not None:
-        buffer._rng.set_state(load_tensor(folder, meta["rng"], "rng state").clone())
+        rng_state = load_tensor(folder, meta["rng"], "rng state").clone()
+        try:
+            torch.Generator().set_state(rng_state)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"damaged checkpoint: the rng state in {folder} is invalid") from err
+    return batch_size, rng_state
+
+
+def load_buffer(buffer: Any, path: str | os.PathLike) -> None:
+    """Restore a replay buffer saved by :func:`dump_buffer`.
+
+    The metadata and rng state are checked, then the sampler and writer states are loaded
+    (each checks what it reads), then the storage: a damaged part raises before the storage
+    is overwritten, and the sampler and writer get their previous state back.
+    """
+    with checkpoint_guard(path, exclusive=False):
+        _load_buffer(buffer, checkpoint_folder(path))
+
+
+def _load_buffer(buffer: Any, folder: str) -> None:
+    meta = read_metadata(folder, "tdrl.ReplayBuffer")
+    batch_size, rng_state = _checked_buffer_meta(folder, meta, buffer)
+    sampler, writer, storage = buffer._sampler, buffer._writer, buffer._storage
+    previous = (sampler.state_dict(), writer.state_dict())
+    try:
+        load_state(sampler, os.path.join(folder, "sampler"))
+        load_state(writer, os.path.join(folder, "writer"))
+        _buffer_checkpointer(buffer).loads(storage, os.path.join(folder, "storage"))
+    except BaseException:
+        sampler.load_state_dict(previous[0])
+        writer.load_state_dict(previous[1])
+        raise
+    buffer._known_max_size = storage.max_size
+    if storage.max_size != getattr(sampler, "_max_capacity", storage.max_size):
+        sampler._storage_resized(storage.max_size)
+    if hasattr(sampler, "_cache"):
+        sampler._cache.clear()
+    buffer._batch_size = batch_size
+    if rng_state is not None:
+        buffer._rng.set_state(rng_state)
 
 
 def _size_of(folder: str) -> int:

@@ -21,6 +21,7 @@ from tdrl.data.replay_buffers.buffer_transforms import Inverted, TransformSequen
 from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if_present
 from tdrl.data.replay_buffers.errors import DataValueError
 from tdrl.data.replay_buffers.in_place import InPlaceAccess
+from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import (
     LazyStackStorage,
@@ -29,6 +30,7 @@ from tdrl.data.replay_buffers.storages import (
     TensorStorage,
 )
 from tdrl.data.replay_buffers.utils import (
+    checked_batch_size,
     item_list,
     move_extend_dim,
     stack_items,
@@ -234,6 +236,9 @@ class ReplayBuffer(InPlaceAccess):
             self.set_rng(self._rng)
         if self._shared:
             self.share(True)
+        elif isinstance(self._storage, LazyMemmapStorage):
+            # memory-mapped buffers are shared with the processes they are passed to
+            self._sampler.share()
 
     def _ensure_init(self) -> None:
         if not self._initialized:
@@ -265,7 +270,11 @@ class ReplayBuffer(InPlaceAccess):
                 component._rng = generator
 
     def share(self, shared: bool = True) -> ReplayBuffer:
-        """Place a lazy tensor storage in shared memory when it allocates."""
+        """Prepare the buffer for processes started afterwards to write and sample it.
+
+        A lazy tensor storage is placed in shared memory when it allocates, and a prioritized
+        sampler keeps its priorities in shared memory (see :meth:`PrioritizedSampler.share`).
+        """
         if shared and self._prefetch_cap:
             raise ValueError(
                 "Cannot share prefetched replay buffers: the prefetch threads and their queue "
@@ -280,6 +289,8 @@ class ReplayBuffer(InPlaceAccess):
             self._storage._share_len()
             if self._storage.initialized:
                 self._storage._td.share_memory_()
+        if shared:
+            self._sampler.share()
         return self
 
     @property
@@ -588,6 +599,8 @@ class ReplayBuffer(InPlaceAccess):
                 raise DataValueError(
                     "batch_size not specified: pass it to the constructor or to sample()"
                 )
+        elif type(batch_size) is not int or batch_size < 0:
+            batch_size = checked_batch_size(batch_size)
         if self._prefetch_cap and batch_size == self._batch_size:
             queue = self._prefetch_queue
             while len(queue) < self._prefetch_cap:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from multiprocessing import context as _mp_context
+from typing import Any, TypeVar
 
 import torch
 
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 from tdrl.data.replay_buffers.storage_base import EMPTY_SAMPLE_MSG
 from tdrl.data.replay_buffers.sum_tree import MaxSegmentTree, PriorityTree
 
@@ -24,6 +28,32 @@ __all__ = [
 
 _INF = float("inf")
 _PRIORITY_REDUCTIONS = ("max", "min", "sum", "mean", "median")
+# seconds a shared prioritized sampler waits for another process's draw or update
+_SHARED_LOCK_TIMEOUT = 120.0
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _across_processes(method: _Method) -> _Method:
+    """Run a method of a shared :class:`PrioritizedSampler` under its process lock.
+
+    The largest priority seen so far travels with the lock through shared memory.
+    """
+
+    @functools.wraps(method)
+    def locked(self: PrioritizedSampler, *args: Any, **kwargs: Any) -> Any:
+        lock = self._lock
+        if lock is None:
+            return method(self, *args, **kwargs)
+        with lock:
+            shared_max = self._shared_max
+            self._max_priority = float(shared_max[0])
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                shared_max[0] = self._max_priority
+
+    return locked  # type: ignore[return-value]
 
 
 class Sampler:
@@ -100,6 +130,10 @@ class Sampler:
     def ran_out(self) -> bool:
         """Whether the last batch ended an epoch (iteration over the buffer stops there)."""
         return False
+
+    def share(self, shared: bool = True) -> Sampler:
+        """Make the sampler's state visible to processes started afterwards (no state: no-op)."""
+        return self
 
     def _empty(self) -> None:
         """Forget everything (the buffer was emptied)."""
@@ -277,6 +311,15 @@ class SamplerWithoutReplacement(Sampler):
         return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
 
 
+def _check_exponent(name: str, value: Any) -> None:
+    """Raise unless ``value`` is a finite real number >= 0 (NaN fails every comparison)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not 0 <= float(value) < float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
 class PrioritizedSampler(Sampler):
     """Prioritized experience replay (Schaul et al., 2015) on vectorised sum / min trees.
 
@@ -324,12 +367,9 @@ class PrioritizedSampler(Sampler):
         super().__init__()
         if int(max_capacity) < 1:
             raise ValueError(f"max_capacity must be a positive integer, got {max_capacity}")
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        _check_exponent("alpha", alpha)
+        _check_exponent("beta", beta)
+        _check_exponent("eps", eps)
         if reduction not in _PRIORITY_REDUCTIONS:
             raise ValueError(f"reduction must be one of {_PRIORITY_REDUCTIONS}, got {reduction!r}")
         self._max_capacity = int(max_capacity)
@@ -344,6 +384,9 @@ class PrioritizedSampler(Sampler):
         # up to 1024 items); a one-element eps tensor keeps the sum in float64
         self._values = torch.empty(0, dtype=torch.float64)
         self._eps_tensor = torch.tensor([self._eps], dtype=torch.float64)
+        # set by share(): the process lock and the largest priority, in shared memory
+        self._lock: ProcessLock | None = None
+        self._shared_max: torch.Tensor | None = None
         self._build_trees()
 
     def _build_trees(self) -> None:
@@ -351,6 +394,46 @@ class PrioritizedSampler(Sampler):
         self._max_tree = (
             MaxSegmentTree(self._max_capacity) if self._max_priority_within_buffer else None
         )
+        if self._lock is not None:
+            self._share_trees()
+
+    def _share_trees(self) -> None:
+        self._tree.share_memory_()
+        if self._max_tree is not None:
+            self._max_tree.share_memory_()
+
+    def share(self, shared: bool = True) -> PrioritizedSampler:
+        """Keep the priorities in shared memory, for a buffer written by several processes.
+
+        Call it before the other processes start (``ReplayBuffer(..., shared=True)`` and
+        :meth:`ReplayBuffer.share` do): forked and spawned children then draw from and update
+        the same priorities, and every draw or update holds a process lock that the OS
+        releases if its holder dies.
+
+        Examples:
+            >>> sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0).share()
+            >>> sampler.is_shared
+            True
+        """
+        if shared and self._lock is None:
+            self._share_trees()
+            self._shared_max = torch.tensor([self._max_priority], dtype=torch.float64)
+            self._shared_max.share_memory_()
+            self._lock = ProcessLock("prioritized sampler lock", timeout=_SHARED_LOCK_TIMEOUT)
+        return self
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether the priorities live in shared memory (see :meth:`share`)."""
+        return self._lock is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if _mp_context.get_spawning_popen() is None:
+            # a copy (deepcopy, torch.save) is a sampler of its own
+            state["_lock"] = None
+            state["_shared_max"] = None
+        return state
 
     @property
     def alpha(self) -> float:
@@ -364,6 +447,7 @@ class PrioritizedSampler(Sampler):
 
     @beta.setter
     def beta(self, value: float) -> None:
+        _check_exponent("beta", value)
         self._beta = float(value)
 
     @property
@@ -386,6 +470,7 @@ class PrioritizedSampler(Sampler):
             return (1.0 + self._eps) ** self._alpha
         return (self._max_priority + self._eps) ** self._alpha
 
+    @_across_processes
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """Draw ``batch_size`` items in proportion to their priority; returns importance weights."""
         length = len(storage)
@@ -410,6 +495,7 @@ class PrioritizedSampler(Sampler):
         """Give the new item the default priority."""
         self.extend(torch.as_tensor([index]))
 
+    @_across_processes
     def extend(self, index: torch.Tensor) -> None:
         """Give the new items the default priority."""
         index = torch.as_tensor(index).reshape(-1)
@@ -418,6 +504,7 @@ class PrioritizedSampler(Sampler):
             self._max_tree.update(index, float("-inf"))
         self._set(index, self.default_priority)
 
+    @_across_processes
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
         """Overwritten items get the default priority."""
         flat = storage._ravel(index) if storage is not None else torch.as_tensor(index).reshape(-1)
@@ -430,6 +517,7 @@ class PrioritizedSampler(Sampler):
             return getattr(priority, f"a{self.reduction}")(-1)
         return getattr(priority, self.reduction)(-1)
 
+    @_across_processes
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
         """Set new priorities (e.g. absolute TD errors) for the items at ``index``.
 
@@ -500,7 +588,13 @@ class PrioritizedSampler(Sampler):
             if storage is None:
                 raise ValueError("multi-dimensional indices need the storage to be flattened")
             return storage._ravel(index)
-        return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        index = torch.as_tensor(index)
+        if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+            raise TypeError(
+                f"priority index must hold integers, got a {index.dtype} tensor "
+                f"{index.reshape(-1)[:4].tolist()}"
+            )
+        return index.reshape(-1).long()
 
     def _one_per_index(self, priority: torch.Tensor, count: int) -> torch.Tensor:
         if priority.numel() == 1:
@@ -514,6 +608,7 @@ class PrioritizedSampler(Sampler):
             )
         return priority.reshape(-1)
 
+    @_across_processes
     def _empty(self) -> None:
         self._max_priority = 1.0
         self._tree.fill_()
@@ -536,6 +631,7 @@ class PrioritizedSampler(Sampler):
         if self._max_tree is not None:
             self._max_tree.load_leaves(torch.where(leaves > 0, leaves, float("-inf")))
 
+    @_across_processes
     def state_dict(self) -> dict[str, Any]:
         """Hyper-parameters, the largest priority and the tree leaves."""
         return {
@@ -547,8 +643,29 @@ class PrioritizedSampler(Sampler):
             "_priorities": self._tree.leaves().clone(),
         }
 
+    @_across_processes
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore hyper-parameters, the largest priority and the trees."""
+        """Restore hyper-parameters, the largest priority and the trees.
+
+        Raises:
+            ValueError: when a parameter is negative or not finite, or the priorities are not
+                finite non-negative values, one per slot of ``_max_capacity``.
+        """
+        for name in ("_alpha", "_beta", "_eps", "_max_priority"):
+            _check_exponent(f"sampler state {name}", state_dict[name])
+        capacity = state_dict["_max_capacity"]
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(
+                f"sampler state _max_capacity must be a positive integer, got {capacity!r}"
+            )
+        priorities = torch.as_tensor(state_dict["_priorities"])
+        if priorities.shape != (capacity,):
+            raise ValueError(
+                f"sampler state _priorities: expected shape ({capacity},), "
+                f"got {tuple(priorities.shape)}"
+            )
+        if not bool(torch.isfinite(priorities).all()) or bool((priorities < 0).any()):
+            raise ValueError("sampler state _priorities must be finite and >= 0")
         self._alpha = state_dict["_alpha"]
         self._beta = state_dict["_beta"]
         self._eps = state_dict["_eps"]

@@ -9,6 +9,8 @@ item. With the default fanout of 64 a tree of one million leaves has two levels.
 
 from __future__ import annotations
 
+from multiprocessing import context as _mp_context
+
 import torch
 
 __all__ = ["MaxSegmentTree", "MinSegmentTree", "PriorityTree", "SumSegmentTree"]
@@ -114,6 +116,11 @@ class _WideTree:
     def leaves(self) -> torch.Tensor:
         """A view of the leaf values."""
         return self._levels[0][: self.capacity]
+
+    def share_memory_(self) -> None:
+        """Move every level to shared memory (views included), for processes forked or spawned later."""
+        for level in self._levels:
+            level.share_memory_()
 
     def load_leaves(self, values: torch.Tensor) -> None:
         """Replace all leaf values at once and rebuild the tree."""
@@ -364,6 +371,40 @@ class PriorityTree:
         self._low = _INF
         self._exact = True
         self._holder: torch.Tensor | None = None
+        # Shared trees count writes in shared memory: a process whose cached minimum predates
+        # another process's write rescans (``None``: a tree of this process only).
+        self._writes: torch.Tensor | None = None
+        self._seen = 0
+
+    def share_memory_(self) -> None:
+        """Keep the tree in shared memory, for processes forked or spawned later.
+
+        Every process then reads and writes the same leaves and sums; the caller serializes
+        the writes and draws of all processes (a :class:`ProcessLock`).
+        """
+        if self._writes is not None:
+            return
+        self._top_store.share_memory_()
+        for level in self._sum_levels[:-1]:
+            level.share_memory_()
+        self._block_low.share_memory_()
+        self._dirty.share_memory_()
+        self._writes = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._seen = 0
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether the tree lives in shared memory (see :meth:`share_memory_`)."""
+        return self._writes is not None
+
+    def _sync(self) -> None:
+        """Forget the cached minimum when another process wrote since this one last looked."""
+        if int(self._writes[0]) != self._seen:
+            self._exact = False
+
+    def _count_write(self) -> None:
+        self._seen = int(self._writes[0]) + 1
+        self._writes[0] = self._seen
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -372,7 +413,13 @@ class PriorityTree:
         # the holder is a view of the leaves: rescan after unpickling instead
         state["_holder"] = None
         state["_exact"] = False
-        state["_dirty"] = torch.ones_like(self._dirty)
+        if self._writes is None or _mp_context.get_spawning_popen() is None:
+            # a copy (deepcopy, torch.save) is a tree of its own
+            state["_dirty"] = torch.ones_like(self._dirty)
+            state["_writes"] = None
+        else:
+            # a shared tree travels by its shared tensors: flag every block for the rescan
+            self._dirty.fill_(True)
         return state
 
     def _scratch_for(self, size: int) -> _Scratch:
@@ -411,6 +458,9 @@ class PriorityTree:
     def _write(self, index: torch.Tensor, value: torch.Tensor) -> None:
         """:meth:`update` for a non-empty 1-d long index and float64 values of its shape."""
         count = index.shape[0]
+        if self._writes is not None:
+            self._sync()
+            self._count_write()
         try:
             if count < _SERIAL_COPY:
                 self._leaves.index_copy_(0, index, value)
@@ -504,6 +554,8 @@ class PriorityTree:
 
     def min_value(self) -> float:
         """Smallest non-empty leaf as a Python float (``inf`` when empty)."""
+        if self._writes is not None:
+            self._sync()
         if not self._exact:
             self._rescan_minimum()
         return self._low
@@ -524,6 +576,8 @@ class PriorityTree:
             self._sum_levels[depth + 1][: blocks.shape[0]].copy_(blocks.sum(1))
         self._dirty.fill_(True)
         self._exact = False
+        if self._writes is not None:
+            self._count_write()
 
     def fill_(self) -> None:
         """Empty every leaf."""
@@ -533,6 +587,8 @@ class PriorityTree:
         self._block_low.fill_(_INF)
         self._dirty.zero_()
         self._low, self._exact, self._holder = _INF, True, None
+        if self._writes is not None:
+            self._count_write()
 
     def scan_lower_bound(self, mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse-CDF search for a batch of masses in ``[0, total())``.

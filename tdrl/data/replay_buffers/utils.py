@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from torch.utils import _pytree
 from tdrl.data.replay_buffers.errors import DataValueError
 
 __all__ = [
+    "checked_batch_size",
     "collect_leaves",
     "expand_to_items",
     "gather_source",
@@ -134,6 +136,41 @@ def slice_data(data: Any, index: Any) -> Any:
     return _pytree.tree_map(lambda leaf: leaf[index], data)
 
 
+def checked_batch_size(batch_size: Any) -> int:
+    """``batch_size`` as a non-negative int; raises naming it otherwise.
+
+    Examples:
+        >>> checked_batch_size(3)
+        3
+    """
+    if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
+        raise TypeError(
+            f"batch_size must be an integer, got {batch_size!r} ({type(batch_size).__name__})"
+        )
+    batch_size = operator.index(batch_size)
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    return batch_size
+
+
+def _check_same_keys(items: list) -> None:
+    """Raise when the TensorDicts of a list do not hold the same keys (they would stack empty)."""
+    keys = set(items[0].keys(True, True))
+    for position, item in enumerate(items[1:], 1):
+        if not isinstance(item, TensorDictBase):
+            raise TypeError(
+                f"a list of TensorDicts must hold only TensorDicts: item 0 is a TensorDict, item "
+                f"{position} is a {type(item).__name__}"
+            )
+        other = set(item.keys(True, True))
+        if other != keys:
+            raise DataValueError(
+                f"the TensorDicts of a list must hold the same keys to be stored together: item "
+                f"{position} has {sorted(map(str, other - keys))} that item 0 lacks and lacks "
+                f"{sorted(map(str, keys - other))}"
+            )
+
+
 def stack_items(items: list, strict: bool = False) -> Any:
     """Stack a list of items: TensorDicts, tensors or pytrees of tensors; other lists stay lists.
 
@@ -156,6 +193,7 @@ def stack_items(items: list, strict: bool = False) -> Any:
         return items
     first = items[0]
     if isinstance(first, TensorDictBase):
+        _check_same_keys(items)
         return LazyStackedTensorDict.maybe_dense_stack(items)
     leaves = [first] if isinstance(first, torch.Tensor) else _pytree.tree_leaves(first)
     if leaves and all(isinstance(leaf, torch.Tensor) for leaf in leaves):

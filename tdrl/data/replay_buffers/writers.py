@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from multiprocessing import context as _mp_context
 from typing import Any
@@ -11,6 +10,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdrl.data.replay_buffers.errors import DataTypeError
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 from tdrl.data.replay_buffers.utils import leading_dim, slice_data
 
 __all__ = [
@@ -24,17 +24,33 @@ __all__ = [
 _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 
 
-def _new_lock() -> Any:
-    # A lock from the spawn context can be inherited by forked children and pickled to
-    # spawned or forkserver ones, so shared buffers work with every start method.
-    return multiprocessing.get_context("spawn").Lock()
+#: Seconds a write waits for another process's write to finish before raising.
+DEFAULT_LOCK_TIMEOUT = 120.0
+
+
+def _new_lock() -> ProcessLock:
+    # Travels to forked, spawned and forkserver children, and a writer killed while holding it
+    # (SIGKILL inside extend) releases it with its process: the other writers go on.
+    return ProcessLock("replay buffer writer lock", timeout=DEFAULT_LOCK_TIMEOUT)
+
+
+def _count(value: Any, name: str) -> int:
+    """A non-negative integer read from a writer state; raises naming ``name`` otherwise."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"writer state: {name} must be a non-negative integer, got {value!r}")
+    return value
 
 
 class Writer:
     """Base class of writers: turns ``add`` / ``extend`` into storage writes and returns indices.
 
     The cursor and the write count live in a small shared-memory tensor and every write holds
-    a process-safe lock, so several processes extending a shared storage lose no item.
+    a process-safe lock, so several processes extending a shared storage lose no item. The OS
+    releases that lock when its holder dies, so a writer killed mid-write does not block the
+    others; a write that waits longer than :attr:`lock_timeout` seconds for another process
+    raises :class:`~tdrl.data.replay_buffers.process_lock.LockTimeoutError` naming its pid.
 
     With ``track_generations=True`` the storage counts the writes of each row (its
     *generation*; -1 for a row never written, +1 per write and per :meth:`empty`), so a
@@ -68,6 +84,19 @@ class Writer:
         self._lock = _new_lock()
         self._track_generations = bool(track_generations)
         self._own_generation: torch.Tensor | None = None
+
+    @property
+    def lock_timeout(self) -> float | None:
+        """Seconds a write waits for a write of another process (``None``: no bound)."""
+        return self._lock.timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, value: float | None) -> None:
+        if value is not None and not value > 0:
+            raise ValueError(
+                f"lock_timeout must be a positive number of seconds or None, got {value!r}"
+            )
+        self._lock.timeout = value
 
     def register_storage(self, storage: Any) -> None:
         """Attach the storage this writer writes into."""
@@ -201,8 +230,20 @@ class Writer:
         load_state(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore cursor, write count and row generations (when saved)."""
-        self._state.copy_(torch.tensor([state_dict["_cursor"], state_dict.get("_write_count", 0)]))
+        """Restore cursor, write count and row generations (when saved).
+
+        Raises:
+            ValueError: when the cursor is not an integer in ``[0, max_size]`` of the attached
+                storage, or the write count is not a non-negative integer.
+        """
+        cursor = _count(state_dict.get("_cursor"), "_cursor")
+        written = _count(state_dict.get("_write_count", 0), "_write_count")
+        limit = getattr(self._storage, "max_size", None)
+        if limit is not None and cursor > limit:
+            raise ValueError(
+                f"writer state: _cursor must be in [0, {limit}] (the storage's max_size), got {cursor}"
+            )
+        self._state.copy_(torch.tensor([cursor, written]))
         generation = state_dict.get("_generation")
         if generation is not None and self._track_generations:
             self._generation = generation
@@ -213,13 +254,16 @@ class Writer:
         if _mp_context.get_spawning_popen() is None:
             # Outside process spawning (deepcopy, torch.save) the lock cannot travel.
             state["_lock"] = None
+            state["_lock_timeout"] = self._lock.timeout
             state["_state"] = self._state.clone()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        timeout = state.pop("_lock_timeout", DEFAULT_LOCK_TIMEOUT)
         self.__dict__.update(state)
         if self._lock is None:
             self._lock = _new_lock()
+            self._lock.timeout = timeout
             self._state = self._state.share_memory_()
         self._state_np = self._state.numpy()
 
@@ -383,10 +427,19 @@ class TensorDictMaxValueWriter(Writer):
             rank.reshape(rank.shape[0], -1).to(torch.float64) if rank.ndim else rank.reshape(1, 1)
         )
         if self._reduction == "median":
-            return rank.median(-1).values
-        if self._reduction in ("max", "min"):
-            return getattr(rank, f"a{self._reduction}")(-1)
-        return getattr(rank, self._reduction)(-1)
+            rank = rank.median(-1).values
+        elif self._reduction in ("max", "min"):
+            rank = getattr(rank, f"a{self._reduction}")(-1)
+        else:
+            rank = getattr(rank, self._reduction)(-1)
+        if rank.is_floating_point() and bool(rank.isnan().any()):
+            # NaN sorts above every number in topk: it would evict the best items
+            position = int(rank.isnan().nonzero()[0, 0])
+            raise ValueError(
+                f"rank {self._rank_key!r} is NaN for item {position} of the data written: "
+                "ranks must be numbers"
+            )
+        return rank
 
     def add(self, data: TensorDictBase) -> int | None:
         """Write one item if it ranks high enough; returns its index or ``None``."""

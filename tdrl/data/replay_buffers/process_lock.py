@@ -1,0 +1,198 @@
+"""A lock shared by threads and processes, released by the OS when its holder dies."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+__all__ = ["LockTimeoutError", "ProcessLock"]
+
+_LOCK_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+class LockTimeoutError(TimeoutError):
+    """A :class:`ProcessLock` could not be taken within its timeout.
+
+    Examples:
+        >>> issubclass(LockTimeoutError, TimeoutError)
+        True
+    """
+
+
+# One descriptor and one thread lock per lock file and process, shared by every ProcessLock
+# object naming that file: POSIX record locks belong to the process, and closing any descriptor
+# of the file would drop them, so a descriptor is closed only with the file.
+class _Handles:
+    """What one process holds of one lock file."""
+
+    __slots__ = ("fd", "held", "pid", "thread_lock")
+
+    def __init__(self, path: str) -> None:
+        self.pid = os.getpid()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.thread_lock = threading.Lock()
+        self.held = False
+
+
+_PER_PROCESS: dict[str, _Handles] = {}
+_PER_PROCESS_GUARD = threading.Lock()
+
+
+def _process_handles(path: str) -> _Handles:
+    with _PER_PROCESS_GUARD:
+        handles = _PER_PROCESS.get(path)
+        if handles is None or handles.pid != os.getpid():  # first use here, or inherited by fork
+            handles = _PER_PROCESS[path] = _Handles(path)
+    return handles
+
+
+def _unlink(path: str, creator: int) -> None:
+    # Only the process that created the lock file removes it: a forked child dropping its copy
+    # must not pull the file from under the processes still using it.
+    if os.getpid() != creator:
+        return
+    handles = _PER_PROCESS.pop(path, None)
+    if handles is not None and handles.pid == creator:
+        os.close(handles.fd)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class ProcessLock:
+    """Mutual exclusion across the threads and processes sharing a replay buffer.
+
+    A POSIX record lock on a small file: the kernel drops it when the holding process exits,
+    however it exits (a SIGKILL inside ``extend`` included), so the other writers go on instead
+    of waiting forever. Inside one process a thread lock serializes the threads. The lock
+    travels to forked, spawned and forkserver children (pickled as the file's path).
+
+    Args:
+        name: what the lock protects, used in error messages.
+        timeout: seconds :meth:`acquire` waits before raising :class:`LockTimeoutError` naming
+            the holder's pid; ``None`` waits for as long as the holder lives.
+
+    Examples:
+        >>> lock = ProcessLock("writer lock", timeout=1.0)
+        >>> with lock:
+        ...     lock.holder_pid() == os.getpid()
+        True
+        >>> lock.holder_pid() is None
+        True
+    """
+
+    def __init__(self, name: str = "lock", timeout: float | None = None) -> None:
+        fd, self._path = tempfile.mkstemp(prefix="tdrl-lock-", dir=_LOCK_DIR)
+        os.close(fd)
+        self.name = name
+        self.timeout = timeout
+        self._finalizer = weakref.finalize(self, _unlink, self._path, os.getpid())
+        self._handles: _Handles | None = None  # this process's descriptor and thread lock
+
+    @property
+    def path(self) -> str:
+        """The lock file's path."""
+        return self._path
+
+    def _here(self) -> _Handles:
+        handles = self._handles
+        if handles is None or handles.pid != os.getpid():
+            handles = self._handles = _process_handles(self._path)
+        return handles
+
+    def acquire(self, timeout: float | None = -1) -> bool:
+        """Take the lock; ``timeout=-1`` uses the lock's own timeout.
+
+        Raises:
+            LockTimeoutError: when the lock stays held for longer than the timeout; the message
+                names the lock, its file and the pid holding it.
+        """
+        handles = self._here()
+        if timeout == -1:
+            timeout = self.timeout
+        thread_lock = handles.thread_lock
+        if not thread_lock.acquire(False):
+            if not thread_lock.acquire(timeout=-1 if timeout is None else timeout):
+                self._raise_timeout(timeout, os.getpid())
+        try:
+            try:  # the common case, uncontended: one system call
+                fcntl.lockf(handles.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise
+                if timeout is None:
+                    fcntl.lockf(handles.fd, fcntl.LOCK_EX)
+                else:
+                    self._lock_until(handles.fd, time.monotonic() + timeout, timeout)
+        except BaseException:
+            thread_lock.release()
+            raise
+        handles.held = True
+        return True
+
+    def _lock_until(self, fd: int, deadline: float, timeout: float) -> None:
+        pause = 1e-5
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as err:
+                if err.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise
+            if time.monotonic() >= deadline:
+                self._raise_timeout(timeout, self.holder_pid())
+            time.sleep(pause)
+            pause = min(pause * 2, 5e-3)
+
+    def _raise_timeout(self, timeout: float, holder: int | None) -> None:
+        raise LockTimeoutError(
+            f"could not take the {self.name} ({self._path}) within {timeout} s: "
+            f"it is held by pid {holder}"
+        )
+
+    def release(self) -> None:
+        """Give the lock back."""
+        handles = self._here()
+        if not handles.held:
+            raise RuntimeError(f"release of the {self.name}, which this process does not hold")
+        handles.held = False
+        fcntl.lockf(handles.fd, fcntl.LOCK_UN)
+        handles.thread_lock.release()
+
+    def holder_pid(self) -> int | None:
+        """The pid of the process holding the lock, or ``None`` when it is free."""
+        handles = self._here()
+        if handles.held:
+            return handles.pid
+        fd = handles.fd
+        # F_GETLK reports a conflicting lock's owner; a lock of our own process never conflicts.
+        query = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, query))
+        return None if kind == fcntl.F_UNLCK else pid
+
+    def __enter__(self) -> ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self._path, "name": self.name, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._path = state["path"]
+        self.name = state["name"]
+        self.timeout = state["timeout"]
+        self._handles = None
+
+    def __repr__(self) -> str:
+        return f"ProcessLock(name={self.name!r}, timeout={self.timeout})"

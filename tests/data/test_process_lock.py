@@ -1,0 +1,154 @@
+"""The writers' cross-process lock: released when its holder dies, bounded waits naming the holder."""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from tdrl.data.replay_buffers import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
+from tdrl.data.replay_buffers.process_lock import LockTimeoutError, ProcessLock
+
+
+def _hold_forever(lock, taken):
+    lock.acquire()
+    taken.set()
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_lock_held_by_a_killed_process_is_released(start_method):
+    ctx = mp.get_context(start_method)
+    lock = ProcessLock("test lock", timeout=0.3)
+    taken = ctx.Event()
+    proc = ctx.Process(target=_hold_forever, args=(lock, taken))
+    proc.start()
+    try:
+        assert taken.wait(60)
+        assert lock.holder_pid() == proc.pid
+        with pytest.raises(LockTimeoutError, match=rf"test lock .* held by pid {proc.pid}"):
+            lock.acquire()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    with lock:
+        assert lock.holder_pid() == os.getpid()
+    assert lock.holder_pid() is None
+
+
+def test_threads_of_one_process_exclude_each_other():
+    lock = ProcessLock("test lock", timeout=0.2)
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def hold():
+        with lock:
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert inside.wait(30)
+    try:
+        with pytest.raises(LockTimeoutError, match=f"held by pid {os.getpid()}"):
+            lock.acquire()
+    finally:
+        leave.set()
+        thread.join(30)
+    assert lock.acquire(timeout=5)
+    lock.release()
+
+
+def test_release_without_holding_raises():
+    lock = ProcessLock("test lock")
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lock.release()
+
+
+def test_pickled_copy_names_the_same_lock_and_the_file_goes_with_its_creator():
+    lock = ProcessLock("test lock", timeout=2.0)
+    clone = pickle.loads(pickle.dumps(lock))
+    assert clone.path == lock.path and clone.timeout == 2.0
+    with lock:
+        # same process: the copy shares the descriptor, so it sees the lock as this process's
+        assert clone.holder_pid() == os.getpid()
+    path = lock.path
+    del lock, clone
+    assert not os.path.exists(path)
+
+
+# -- the writer of a shared buffer ---------------------------------------------------------------------
+class _StallingStorage(LazyTensorStorage):
+    """A storage whose writes stop (forever) once ``stall`` is set: a writer stuck mid-extend."""
+
+    def __init__(self, *args, stall=None, stalled=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stall = stall
+        self.stalled = stalled
+
+    def set(self, cursor, data, *args, **kwargs):
+        if self.stall is not None and self.stall.is_set():
+            self.stalled.set()
+            time.sleep(600)
+        return super().set(cursor, data, *args, **kwargs)
+
+
+def _extend_and_stall(rb):
+    rb.storage.stall.set()
+    rb.extend(torch.ones(3))
+
+
+def test_writer_killed_inside_extend_does_not_block_the_other_writers():
+    ctx = mp.get_context("fork")
+    stall, stalled = ctx.Event(), ctx.Event()
+    rb = ReplayBuffer(storage=_StallingStorage(20, stall=stall, stalled=stalled), shared=True)
+    rb.extend(torch.zeros(2))
+    proc = ctx.Process(target=_extend_and_stall, args=(rb,))
+    proc.start()
+    assert stalled.wait(60)
+    assert rb.writer._lock.holder_pid() == proc.pid
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    stall.clear()
+    start = time.monotonic()
+    rb.extend(torch.full((2,), 5.0))
+    assert time.monotonic() - start < 5
+    assert rb[:].tolist() == [0.0, 0.0, 5.0, 5.0]
+
+
+def test_writer_waiting_past_its_lock_timeout_names_the_holder():
+    ctx = mp.get_context("fork")
+    stall, stalled = ctx.Event(), ctx.Event()
+    rb = ReplayBuffer(storage=_StallingStorage(20, stall=stall, stalled=stalled), shared=True)
+    rb.writer.lock_timeout = 0.3
+    proc = ctx.Process(target=_extend_and_stall, args=(rb,))
+    proc.start()
+    try:
+        assert stalled.wait(60)
+        stall.clear()
+        with pytest.raises(LockTimeoutError, match=rf"writer lock .* held by pid {proc.pid}"):
+            rb.extend(torch.zeros(2))
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+    assert len(rb) == 0
+    rb.extend(torch.zeros(2))
+    assert len(rb) == 2
+
+
+def test_lock_timeout_is_validated_and_survives_copies():
+    writer = RoundRobinWriter()
+    with pytest.raises(ValueError, match="lock_timeout"):
+        writer.lock_timeout = -1
+    writer.lock_timeout = 7.5
+    assert copy.deepcopy(writer).lock_timeout == 7.5
+    writer.lock_timeout = None
+    assert writer.lock_timeout is None
