@@ -135,7 +135,7 @@ def test_real_partial_reset_and_step(envpool):
 
 def test_wrong_batch_size_is_refused(envpool):
     env = MultiThreadedEnv(3, "CartPole-v1")
-    with pytest.raises(ValueError, match=r"expected a tensordict with batch size \(3,\)"):
+    with pytest.raises(ValueError, match=r"got batch size \(2,\) where env.batch_size=\(3,\)"):
         env.step(TensorDict({"action": env.action_spec.rand()[:2]}, batch_size=[2]))
     env.close()
 
