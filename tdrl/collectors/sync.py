@@ -327,9 +327,13 @@ class SyncDataCollector(DataCollectorBase):
 
     def _rollout_resetting(self, policy: Policy) -> TensorDictBase:
         out = self._buffer if self.return_same_td and self._contiguous else None
+        hooks = self.env._post_step_hooks()
+        kept: list = []
+        callback = self._keep_last_input(hooks, kept) if hooks else None
         data = self.env.rollout(
             self._time_steps,
             policy,
+            callback=callback,
             auto_reset=False,
             break_when_any_done=False,
             tensordict=self._shuttle,
@@ -340,17 +344,39 @@ class SyncDataCollector(DataCollectorBase):
         if self.return_same_td:
             self._buffer = data
         # the root of the next batch; the env's rollout resets its done elements first
-        self._shuttle = self._next_root(data)
+        self._shuttle = kept[0] if kept else self._next_root(data)
         return data
+
+    def _keep_last_input(self, hooks: tuple, kept: list) -> Callable[..., None]:
+        """A rollout callback building the next batch's root from the last step.
+
+        The env's post-step hooks may drop next observations from the stepped data once
+        the loop stops, so the root is built (and the hooks run on it) before they do.
+        """
+        left = [self._time_steps]
+
+        def callback(env: Any, tensordict: TensorDictBase) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                next_input = self._step_mdp(tensordict)
+                for hook in hooks:
+                    hook(tensordict, next_input)
+                kept.append(next_input)
+
+        return callback
 
     def _rollout_without_reset(self, policy: Policy) -> TensorDictBase:
         env = self.env
         shuttle = self._shuttle
         steps = []
+        hooks = env._post_step_hooks()
         for _ in range(self._time_steps):
             shuttle = policy(shuttle)
-            steps.append(env.step(shuttle))
-            shuttle = self._step_mdp(shuttle)
+            stepped = env.step(shuttle)
+            steps.append(stepped)
+            shuttle = self._step_mdp(stepped)
+            for hook in hooks:
+                hook(stepped, shuttle)
         if self.set_truncated:
             self._mark_truncated(steps[-1].get("next"))
         time_dim = len(env.batch_size)

@@ -522,6 +522,14 @@ class EnvBase(EnvSpecs, EnvKeys, nn.Module):
         """
         return merge_next(tensordict, self._cache.mdp_excluded, True)
 
+    def _post_step_hooks(self) -> tuple:
+        """Callables ``hook(tensordict, next_input)`` the step loops run after ``step_mdp``.
+
+        Empty for plain envs; a :class:`TransformedEnv` lists the ``_post_step_mdp``
+        methods of its transforms.
+        """
+        return ()
+
     def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Reset the elements of ``tensordict`` whose done flags are set, if any."""
         return _rollout.maybe_reset(self, tensordict)

@@ -76,6 +76,8 @@ def step_and_maybe_reset(
     tensordict = env.step(tensordict)
     tensordict_ = env.step_mdp(tensordict)
     tensordict_ = maybe_reset(env, tensordict_)
+    for hook in env._post_step_hooks():
+        hook(tensordict, tensordict_)
     return tensordict, tensordict_
 
 
@@ -299,6 +301,7 @@ def _loop(
     excluded = cache.mdp_excluded
     done_flag_keys = cache.done_flag_keys
     step = env.step
+    hooks = env._post_step_hooks()
     last = max_steps - 1
     for i in range(max_steps):
         if cast:
@@ -318,17 +321,31 @@ def _loop(
         if callback is not None:
             callback(env, tensordict)
         if i == last:
+            if hooks:
+                _run_hooks(hooks, tensordict, None)
             break
         if any_done:
             if _any_done(fast_get(tensordict, "next"), done_flag_keys):
+                if hooks:
+                    _run_hooks(hooks, tensordict, None)
                 break
-            tensordict = merge_next(tensordict, excluded, True)
+            next_input = merge_next(tensordict, excluded, True)
         elif all_done:
-            tensordict = merge_next(tensordict, excluded, True)
-            if bool(_finished(env, tensordict).all()):
+            next_input = merge_next(tensordict, excluded, True)
+            if bool(_finished(env, next_input).all()):
+                if hooks:
+                    _run_hooks(hooks, tensordict, None)
                 break
         else:
-            tensordict = maybe_reset(env, merge_next(tensordict, excluded, True))
+            next_input = maybe_reset(env, merge_next(tensordict, excluded, True))
+        if hooks:
+            _run_hooks(hooks, tensordict, next_input)
+        tensordict = next_input
+
+
+def _run_hooks(hooks: tuple, tensordict: TensorDictBase, next_input: TensorDictBase | None) -> None:
+    for hook in hooks:
+        hook(tensordict, next_input)
 
 
 def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:

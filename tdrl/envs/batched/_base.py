@@ -86,6 +86,19 @@ class _WorkerValues(list):
         return self._env._remote_attribute(f"{self._path}.{name}")
 
 
+def _refuse_post_step_hooks(env: EnvBase) -> None:
+    """Sub-envs may not rewrite the post-step data: the batched env's own loop needs it whole."""
+    hooks = env._post_step_hooks()
+    if hooks:
+        names = sorted({type(getattr(hook, "__self__", hook)).__name__ for hook in hooks})
+        raise RuntimeError(
+            f"{', '.join(names)} cannot live inside a SerialEnv/ParallelEnv worker: it drops "
+            "entries from the data of the step loop that the batched env has to collect. "
+            "Put it outside, on the batched env: TransformedEnv(ParallelEnv(n, make_env), "
+            f"{names[0]}(...))"
+        )
+
+
 class BatchedEnvBase(EnvBase):
     """Base class of SerialEnv and ParallelEnv: a batch of sub-envs seen as one env.
 
@@ -232,7 +245,7 @@ class BatchedEnvBase(EnvBase):
         for fn, kw in zip(fns, kwargs):
             meta = next((m for f, k, m in known if f is fn and k == kw), None)
             if meta is None:
-                meta = get_env_metadata(fn, kw)
+                meta = get_env_metadata(fn, kw, _refuse_post_step_hooks)
                 known.append((fn, kw, meta))
             metas.append(meta)
         return metas

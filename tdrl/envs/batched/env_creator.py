@@ -15,18 +15,23 @@ __all__ = ["EnvCreator", "env_creator", "get_env_metadata"]
 
 
 def get_env_metadata(
-    create_env_fn: Callable[..., Any], create_env_kwargs: dict | None = None
+    create_env_fn: Callable[..., Any],
+    create_env_kwargs: dict | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> EnvMetaData:
     """Build an env, read its :class:`EnvMetaData` and close it.
 
     An :class:`EnvCreator` called without extra keyword arguments answers from
-    the metadata it already holds, without building an env.
+    the metadata it already holds, without building an env. ``check``, if given,
+    is called with the built env before its metadata is read.
     """
     kwargs = create_env_kwargs or {}
     if isinstance(create_env_fn, EnvCreator) and not kwargs:
         return create_env_fn.meta_data
     env = create_env_fn(**kwargs)
     try:
+        if check is not None:
+            check(env)
         return EnvMetaData.metadata_from_env(env)
     finally:
         env.close()

@@ -9,6 +9,7 @@ from tdrl.envs.transforms.auto_reset_env import AutoResetEnv
 from tdrl.envs.transforms.checks import FiniteTensorDictCheck
 from tdrl.envs.transforms.compose import Compose
 from tdrl.envs.transforms.counters import InitTracker, StepCounter, TrajCounter
+from tdrl.envs.transforms.deltas import NextObservationDelta
 from tdrl.envs.transforms.dtypes import (
     DeviceCastTransform,
     DoubleToFloat,
@@ -123,6 +124,7 @@ __all__ = [
     "MacroPrimitiveTransform",
     "MultiAction",
     "MultiStepTransform",
+    "NextObservationDelta",
     "NextStateReconstructor",
     "NoopResetEnv",
     "ObservationTransform",

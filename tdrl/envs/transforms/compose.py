@@ -89,6 +89,9 @@ class Compose(Transform):
             next_tensordict = transform._step(tensordict, next_tensordict)
         return next_tensordict
 
+    def _post_step_hooks(self) -> list:
+        return [hook for t in self.transforms for hook in t._post_step_hooks()]
+
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
     ) -> TensorDictBase:

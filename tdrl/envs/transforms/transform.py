@@ -104,6 +104,10 @@ class Transform(nn.Module):
       (names the inner env uses).
     * ``forward(tensordict)``: the path used on data that does not come from an env
       (replay buffer samples, module outputs). Defaults to ``_call``.
+    * ``_post_step_mdp(tensordict, next_input)``: called by the env's step loops
+      (``rollout``, ``step_and_maybe_reset``, collectors) once per step, after
+      ``step_mdp`` built ``next_input`` (None when the loop stops after that step);
+      may edit both in place. Transforms that do not override it cost the loop nothing.
     * ``transform_observation_spec`` / ``_reward_spec`` / ``_done_spec`` /
       ``_action_spec`` / ``_state_spec`` / ``_input_spec`` / ``_output_spec``.
 
@@ -235,6 +239,15 @@ class Transform(nn.Module):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         """Transform the output of an env step; ``tensordict`` is the step's input."""
         return self._call(next_tensordict)
+
+    def _post_step_mdp(self, tensordict: TensorDictBase, next_input: TensorDictBase | None) -> None:
+        """Edit a stepped tensordict once the next input was built from it (see the class doc)."""
+
+    def _post_step_hooks(self) -> list:
+        """The ``_post_step_mdp`` methods this transform (or its children) override."""
+        if type(self)._post_step_mdp is Transform._post_step_mdp:
+            return []
+        return [self._post_step_mdp]
 
     def _reset(
         self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase

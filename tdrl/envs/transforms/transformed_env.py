@@ -149,7 +149,11 @@ class TransformedEnv(EnvBase):
         self.__dict__["_default_done"] = False
         # some transforms only know their inverse keys once they have seen the specs
         self.__dict__["_needs_inverse"] = transform._needs_inverse()
+        self.__dict__["_post_hooks"] = (*base._post_step_hooks(), *transform._post_step_hooks())
         self._refresh()
+
+    def _post_step_hooks(self) -> tuple:
+        return self.__dict__.get("_post_hooks", ())
 
     def _set_entry(self, parent_name: str, name: str, spec: Any) -> None:
         raise RuntimeError(READ_ONLY_SPEC_ERROR.format(name=name))
