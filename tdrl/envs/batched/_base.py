@@ -21,7 +21,7 @@ from tdrl.envs._partial import is_data_leaf, merge_non_tensor
 from tdrl.envs._step_mdp import attach_next, merge_next
 from tdrl.envs._td_fast import all_true, fast_get
 from tdrl.envs.batched import _shared, _view
-from tdrl.envs.batched._runner import CALLABLE
+from tdrl.envs.batched._runner import CALLABLE, refuse_post_step_hooks
 from tdrl.envs.batched._specs import stack_env_specs
 from tdrl.envs.batched.env_creator import get_env_metadata
 from tdrl.envs.common import EnvBase
@@ -84,19 +84,6 @@ class _WorkerValues(list):
         if name.startswith("_"):
             raise AttributeError(name)
         return self._env._remote_attribute(f"{self._path}.{name}")
-
-
-def _refuse_post_step_hooks(env: EnvBase) -> None:
-    """Sub-envs may not rewrite the post-step data: the batched env's own loop needs it whole."""
-    hooks = env._post_step_hooks()
-    if hooks:
-        names = sorted({type(getattr(hook, "__self__", hook)).__name__ for hook in hooks})
-        raise RuntimeError(
-            f"{', '.join(names)} cannot live inside a SerialEnv/ParallelEnv worker: it drops "
-            "entries from the data of the step loop that the batched env has to collect. "
-            "Put it outside, on the batched env: TransformedEnv(ParallelEnv(n, make_env), "
-            f"{names[0]}(...))"
-        )
 
 
 class BatchedEnvBase(EnvBase):
@@ -245,7 +232,7 @@ class BatchedEnvBase(EnvBase):
         for fn, kw in zip(fns, kwargs):
             meta = next((m for f, k, m in known if f is fn and k == kw), None)
             if meta is None:
-                meta = get_env_metadata(fn, kw, _refuse_post_step_hooks)
+                meta = get_env_metadata(fn, kw, refuse_post_step_hooks)
                 known.append((fn, kw, meta))
             metas.append(meta)
         return metas

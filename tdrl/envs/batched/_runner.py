@@ -64,6 +64,19 @@ def check_specs_agree(worker: int, expected: Composite, got: Composite, prefix: 
             )
 
 
+def refuse_post_step_hooks(env: Any) -> None:
+    """Sub-envs may not rewrite the post-step data: the batched env's own loop needs it whole."""
+    hooks = env._post_step_hooks()
+    if hooks:
+        names = sorted({type(getattr(hook, "__self__", hook)).__name__ for hook in hooks})
+        raise RuntimeError(
+            f"{', '.join(names)} cannot live inside a SerialEnv/ParallelEnv worker: it drops "
+            "entries from the data of the step loop that the batched env has to collect. "
+            "Put it outside, on the batched env: TransformedEnv(ParallelEnv(n, make_env), "
+            f"{names[0]}(...))"
+        )
+
+
 class EnvRunner:
     """Builds one sub-env and runs the batched-env commands on it.
 
@@ -91,6 +104,7 @@ class EnvRunner:
         self.worker = worker
         self.consolidate = consolidate
         env = env_fn(**env_kwargs)
+        refuse_post_step_hooks(env)
         if device is not None and env.device != device:
             env = env.to(device)
         self.env = env

@@ -11,6 +11,7 @@ from tdrl.data import Bounded, Composite, LazyTensorStorage, ReplayBuffer, Unbou
 from tdrl.envs import (
     Compose,
     EnvBase,
+    EnvCreator,
     NextObservationDelta,
     ParallelEnv,
     RewardSum,
@@ -153,6 +154,14 @@ def test_refused_inside_a_batched_env(batched):
 
     with pytest.raises(RuntimeError, match="cannot live inside a SerialEnv/ParallelEnv"):
         batched(2, make)
+
+
+def test_refused_inside_a_batched_env_built_from_an_env_creator():
+    # the creator answers the metadata without building an env: the worker refuses it
+    creator = EnvCreator(lambda: TransformedEnv(WalkEnv(), NextObservationDelta()))
+    env = SerialEnv(2, creator)
+    with pytest.raises(RuntimeError, match="cannot live inside a SerialEnv/ParallelEnv"):
+        env.reset()
 
 
 @pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
