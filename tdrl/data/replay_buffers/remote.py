@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from tdrl.data.replay_buffers.replay_buffers import TensorDictReplayBuffer
+from tdrl.data.replay_buffers.tensordict_buffers import TensorDictReplayBuffer
 
 __all__ = ["RemoteTensorDictReplayBuffer"]
 
