@@ -149,6 +149,41 @@ def test_bad_input_raises_the_buffer_error_locally():
         rb.update_tensordict_priority(TensorDict({"td_error": torch.ones(2)}, [2]))
 
 
+class _PickyError(Exception):
+    """An error that pickles but cannot be rebuilt from its pickle (two required arguments)."""
+
+    def __init__(self, key, detail):
+        super().__init__(f"{key}: {detail}")
+
+
+class _Holder:
+    """Stands for an owner RRef: ``local_value`` returns the buffer."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def local_value(self):
+        return self.buffer
+
+
+class _FailingNode(_Node):
+    def fill_level(self) -> float:
+        raise _PickyError("capacity", "not known yet")
+
+
+def test_errors_on_the_owner_come_back_as_values_the_caller_can_rebuild():
+    from tdrl.data.replay_buffers.remote import _call_on_owner
+
+    rb = _Node(4)
+    assert _call_on_owner(_Holder(rb), "extend", (_data(2),), {})[1].tolist() == [0, 1]
+    ok, err = _call_on_owner(_Holder(rb), "__getitem__", (9,), {})
+    assert not ok and isinstance(err, IndexError) and "index out of range" in str(err)
+    ok, err = _call_on_owner(_Holder(_FailingNode(4)), "fill_level", (), {})
+    assert not ok and type(err) is RuntimeError
+    assert str(err) == "_PickyError: capacity: not known yet"
+    pickle.loads(pickle.dumps(err))
+
+
 # -- remote use: three real processes talking through torch.distributed.rpc ---------------------
 
 

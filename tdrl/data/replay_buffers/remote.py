@@ -38,8 +38,8 @@ def _call_on_owner(rref: Any, name: str, args: tuple, kwargs: dict) -> tuple[boo
         return True, getattr(rref.local_value(), name)(*args, **kwargs)
     except Exception as err:
         remote_trace = traceback.format_exc()
-        try:
-            pickle.dumps(err)
+        try:  # the caller must be able to rebuild it
+            pickle.loads(pickle.dumps(err))
         except Exception:
             err = RuntimeError(f"{type(err).__name__}: {err}")
         if hasattr(err, "add_note"):  # Python >= 3.11
@@ -89,8 +89,6 @@ def _wrap_public_methods(cls: type, names: Any) -> None:
             continue
         attr = inspect.getattr_static(cls, name, None)
         if not inspect.isfunction(attr) or getattr(attr, "_accepts_rref", False):
-            continue
-        if name == "__iter__":
             continue
         setattr(cls, name, _remote_method(cls, name, attr))
 
