@@ -21,6 +21,7 @@ from tdrl.data.replay_buffers.group_sampler import PromptGroupSampler
 from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
 from tdrl.data.replay_buffers.prioritized_slice_sampler import PrioritizedSliceSampler
 from tdrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+from tdrl.data.replay_buffers.remote import RemoteTensorDictReplayBuffer
 from tdrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -67,6 +68,7 @@ __all__ = [
     "PromptGroupSampler",
     "RandomSampler",
     "RayReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "RoundRobinWriter",
