@@ -115,8 +115,19 @@ def test_missing_ray_names_the_package(monkeypatch):
 cartpole = partial(GymEnv, "CartPole-v1")
 
 
+class _GreedyOneHot(torch.nn.Module):
+    """A linear policy giving CartPole's one-hot action (the argmax of its scores)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(self.linear(observation).argmax(-1), 2)
+
+
 def test_ray_collector_sync_batches_and_weight_updates(ray_cluster):
-    policy = TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["action"])
+    policy = TensorDictModule(_GreedyOneHot(), ["observation"], ["action"])
     collector = Collector(
         cartpole,
         policy,
@@ -135,7 +146,7 @@ def test_ray_collector_sync_batches_and_weight_updates(ray_cluster):
         assert (ids[0] % 2 == 0).all() and (ids[1] % 2 == 1).all()
         zeros = {key: torch.zeros_like(value) for key, value in policy.state_dict().items()}
         collector.update_policy_weights_(zeros)
-        assert (next(iterator)["action"] == 0).all()
+        assert (next(iterator)["action"][..., 0] == 1).all()  # zero scores: argmax 0
     finally:
         collector.shutdown()
         collector.shutdown()

@@ -116,8 +116,9 @@ class RenameTransform(Transform):
         output_spec = map_output_specs(self, output_spec, self.in_keys, self.out_keys, lambda s: s)
         if not self.create_copy:
             for in_key, out_key in zip(self.in_keys, self.out_keys):
-                if in_key != out_key:
-                    del locate_spec(output_spec, OUTPUT_ENTRIES, in_key)[in_key]
+                sub = locate_spec(output_spec, OUTPUT_ENTRIES, in_key)
+                if in_key != out_key and sub is not None:  # an absent key was left out
+                    del sub[in_key]
         return output_spec
 
     def transform_input_spec(self, input_spec: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -607,16 +608,21 @@ def map_output_specs(
     for in_key, out_key in zip(in_keys, out_keys):
         sub = locate_spec(output_spec, OUTPUT_ENTRIES, in_key)
         if sub is None:
-            raise KeyError(
-                SPEC_KEY_ERROR.format(
-                    owner=_owner(owner),
-                    key=in_key,
-                    kind="output",
-                    keys=_spec_keys(output_spec, OUTPUT_ENTRIES),
-                )
-            )
+            _warn_missing_key(owner, in_key, "output", _spec_keys(output_spec, OUTPUT_ENTRIES))
+            continue
         sub[out_key] = fn(sub[in_key].clone())
     return output_spec
+
+
+def _warn_missing_key(owner: Any, key: NestedKey, kind: str, available: list) -> None:
+    # An absent key leaves the specs (and the data) as they are, as the reference API does,
+    # so one transform can be reused across envs; the warning says which key was not found.
+    warnings.warn(
+        SPEC_KEY_ERROR.format(owner=_owner(owner), key=key, kind=kind, keys=available)
+        + "; the transform leaves this key out",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def map_input_specs(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from functools import partial
 
@@ -137,8 +139,16 @@ def test_env_creator_metadata_is_reused():
 
 
 def test_default_start_method_is_fork_when_safe():
-    assert _start.fork_unsafe_reason() is None
-    assert _start.default_start_method() == "fork"
+    # a fresh interpreter: this one may have started JAX or threads in earlier tests
+    code = (
+        "from tdrl.envs.batched import _start\n"
+        "assert _start.fork_unsafe_reason() is None, _start.fork_unsafe_reason()\n"
+        "assert _start.default_start_method() == 'fork'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()

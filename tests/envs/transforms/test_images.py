@@ -217,9 +217,17 @@ def test_grayscale_spec_batched_env():
     check_env_specs(env)
 
 
-def test_missing_key_is_reported_at_spec_time():
-    with pytest.raises(KeyError, match="'rgb'"):
-        TransformedEnv(ImageEnv(), ToTensorImage(in_keys=["rgb"]))
+def test_missing_key_is_reported_at_spec_time_and_left_out():
+    # as in the reference API, an absent key is skipped (one transform reused across envs),
+    # with a warning naming the transform, the key and the keys available
+    with pytest.warns(
+        UserWarning, match=r"ToTensorImage: key 'rgb' is not in the env output specs.*'pixels'"
+    ):
+        env = TransformedEnv(ImageEnv(), ToTensorImage(in_keys=["rgb"]))
+    assert env.observation_spec["pixels"] == ImageEnv().observation_spec["pixels"]
+    env.transform.set_missing_tolerance(True)
+    td = env.rollout(3)
+    assert td["pixels"].dtype == torch.uint8 and "rgb" not in td.keys()
 
 
 # ------------------------------------------------------------------ rendered pipeline
