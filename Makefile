@@ -39,8 +39,10 @@ format: setup
 test: lint
 	$(PY) -m pytest
 
+# The tests marked slow exercise the JAX simulators and a Ray cluster (covered by `make test`),
+# not the tensordict version: test-min leaves them out to keep CI short.
 test-min: $(MIN_STAMP)
-	$(MIN_VENV)/bin/python -m pytest
+	$(MIN_VENV)/bin/python -m pytest -m "not slow"
 
 demo: setup
 	$(PY) -m tdrl demo

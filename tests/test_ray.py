@@ -21,6 +21,8 @@ from tdrl.data import LazyTensorStorage, RayReplayBuffer, TensorDictReplayBuffer
 from tdrl.envs import GymEnv
 
 ray = pytest.importorskip("ray")
+# a local Ray cluster per module: slow to start, left out of `make test-min`
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

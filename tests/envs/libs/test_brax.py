@@ -15,6 +15,8 @@ from tests.envs.conformance import EnvConformance
 
 jax = pytest.importorskip("jax")
 envs = pytest.importorskip("brax.envs")
+# JAX compilation: slow, left out of `make test-min`
+pytestmark = pytest.mark.slow
 jnp = jax.numpy
 
 

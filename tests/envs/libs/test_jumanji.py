@@ -17,7 +17,8 @@ from tests.envs.conformance import EnvConformance
 
 jax = pytest.importorskip("jax")
 jumanji = pytest.importorskip("jumanji")
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+# JAX compilation: slow, left out of `make test-min`
+pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.slow]
 
 
 class TestJumanjiConformance(EnvConformance):
