@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import queue
 import threading
+import time
 import traceback
 import weakref
 from collections import deque
@@ -20,9 +22,9 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 import tdrl
 from tdrl.envs.batched import _start
 from tdrl.envs.batched._specs import stack_env_specs
-from tdrl.envs.batched._worker import OK, encode, error_reply
+from tdrl.envs.batched._worker import OK, encode, error_reply, exit_with_parent
 from tdrl.envs.batched.env_creator import get_env_metadata
-from tdrl.envs.batched.parallel import _exit_description, _stop_workers
+from tdrl.envs.batched.parallel import _check_timeout, _exit_description, _stop_workers
 from tdrl.envs.common import EnvBase
 
 __all__ = ["AsyncEnvPool", "ProcessorAsyncEnvPool", "ThreadingAsyncEnvPool"]
@@ -46,6 +48,8 @@ def _pool_worker(
     if options.get("filter_warnings", True):
         warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
+    if options.get("parent_pid") is not None:
+        exit_with_parent(options["parent_pid"])
     try:
         env_fn = cloudpickle.loads(env_fn) if isinstance(env_fn, bytes) else env_fn
         env = env_fn(**kwargs)
@@ -95,6 +99,16 @@ def _worker_error(index: int, value: tuple, command: str) -> BaseException:
     return RuntimeError(full)
 
 
+def _first_failure(failures: list[tuple[int, BaseException]]) -> BaseException:
+    """The failure of the lowest env index, noting the other envs that failed too."""
+    failures = sorted(failures, key=lambda item: item[0])
+    error = failures[0][1]
+    if len(failures) > 1:
+        others = ", ".join(str(index) for index, _ in failures[1:])
+        error.args = (f"{error.args[0] if error.args else error} (envs {others} failed too)",)
+    return error
+
+
 class AsyncEnvPool(EnvBase):
     """A pool of envs stepped and reset asynchronously, addressed by ``"env_index"``.
 
@@ -117,6 +131,17 @@ class AsyncEnvPool(EnvBase):
         stack: ``"dense"`` (contiguous outputs), ``"lazy"`` (lazy stacks) or
             ``"maybe_dense"`` (dense when the shapes allow it).
         create_env_kwargs: keyword arguments of the constructors (one dict or one per env).
+        timeout: seconds a command may wait for an env (None, the default: no limit). An
+            env that does not answer in time makes the call raise ``TimeoutError`` naming
+            the env and the command; the pool is then unusable (worker processes are
+            stopped; a thread stuck in env code cannot be stopped and is left behind).
+
+    An env that raises makes the call raise the same exception type with the env
+    index and the env's traceback; the other envs' results of a synchronous call
+    are discarded, those of ``async_*_recv`` are kept for the next call, and the
+    pool stays usable. A worker process that dies makes the calls that use it raise
+    ``RuntimeError`` naming the env index, the pid and the signal or exit code;
+    worker processes exit when the parent process dies.
 
     Examples:
         >>> from functools import partial
@@ -153,6 +178,7 @@ class AsyncEnvPool(EnvBase):
         backend: str = "threading",
         stack: str = "dense",
         create_env_kwargs: dict | Sequence[dict] | None = None,
+        timeout: float | None = None,
     ) -> None:
         if stack not in _STACKS:
             raise ValueError(f"AsyncEnvPool stack: expected one of {_STACKS}, got {stack!r}")
@@ -172,6 +198,9 @@ class AsyncEnvPool(EnvBase):
         else:
             kwargs = [dict(create_env_kwargs or {}) for _ in range(count)]
         self.__dict__["_ready"] = False
+        self.__dict__["_timeout"] = _check_timeout(timeout)
+        self.__dict__["_broken"] = None
+        self.__dict__["_running"] = {}
         metas = self._setup(makers, kwargs)
         sub_batch = metas[0].batch_size
         for i, meta in enumerate(metas):
@@ -188,8 +217,12 @@ class AsyncEnvPool(EnvBase):
         self.stack = stack
         self.num_envs = count
         self._inbox: dict[str, deque] = {"step": deque(), "reset": deque()}
-        self._running: dict[int, str] = {}
         self.__dict__["_ready"] = True
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a command may wait for an env's answer (None: no limit)."""
+        return self._timeout
 
     # ----------------------------------------------------------------- backend
     def _setup(self, makers: list, kwargs: list) -> list:
@@ -199,8 +232,22 @@ class AsyncEnvPool(EnvBase):
         raise NotImplementedError
 
     def _receive(self, timeout: float | None) -> tuple[int, str, Any] | None:
-        """One finished command ``(env index, status, value)``, or None after ``timeout``."""
+        """One finished command ``(env index, status, value)``, or None after ``timeout``.
+
+        ``status`` is ``"ok"`` (value: the result), ``"error"`` (value: the
+        ``(type, message, traceback)`` of the env's exception) or ``"died"`` (value:
+        a description of the worker's death).
+        """
         raise NotImplementedError
+
+    def _check_ready(self, indices: list[int]) -> None:
+        """Raise if one of these envs can no longer take commands (its worker died)."""
+
+    def _worker_name(self, index: int) -> str:
+        return f"env {index} of {type(self).__name__}"
+
+    def _abandon(self) -> None:
+        """Stop what can be stopped after a timeout."""
 
     def _call_all(self, command: str, payload: Any) -> list:
         raise NotImplementedError
@@ -216,7 +263,21 @@ class AsyncEnvPool(EnvBase):
         index = torch.as_tensor(index).reshape(tensordict.batch_size[0], -1)[:, 0].tolist()
         return [(int(i), tensordict[row].exclude(ENV_INDEX)) for row, i in enumerate(index)]
 
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(f"{self._broken}; this pool cannot be used any more")
+
+    def _stuck(self, index: int, command: str) -> None:
+        """Env ``index`` missed the timeout: stop what can be stopped and raise."""
+        self.__dict__["_broken"] = (
+            f"{self._worker_name(index)} did not answer the {command!r} command within "
+            f"timeout={self._timeout} s"
+        )
+        self._abandon()
+        raise TimeoutError(f"{self._broken}; close the pool and build a new one")
+
     def _dispatch(self, command: str, index: int, payload: Any) -> None:
+        self._check_usable()
         if not 0 <= index < self.num_envs:
             raise ValueError(
                 f"{ENV_INDEX} out of range: expected 0 <= index < {self.num_envs}, got {index}"
@@ -230,16 +291,21 @@ class AsyncEnvPool(EnvBase):
 
     def async_step_send(self, tensordict: TensorDictBase) -> None:
         """Start a step of the envs named by ``tensordict["env_index"]``; returns at once."""
-        for index, row in self._rows(tensordict):
+        rows = self._rows(tensordict)
+        self._check_ready([index for index, _ in rows])
+        for index, row in rows:
             self._dispatch("step", index, row)
 
     def async_reset_send(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> None:
         """Start a reset of the envs named by ``tensordict["env_index"]`` (all envs if None)."""
         if tensordict is None:
+            self._check_ready(list(range(self.num_envs)))
             for index in range(self.num_envs):
                 self._dispatch("reset", index, (None, kwargs))
             return
-        for index, row in self._rows(tensordict):
+        rows = self._rows(tensordict)
+        self._check_ready([index for index, _ in rows])
+        for index, row in rows:
             self._dispatch("reset", index, (row if not row.is_empty() else None, kwargs))
 
     def async_step_recv(self, min_get: int = 1) -> TensorDictBase:
@@ -250,18 +316,35 @@ class AsyncEnvPool(EnvBase):
         """At least ``min_get`` finished resets (all that are ready), with their ``"env_index"``."""
         return self._recv("reset", min_get)
 
-    def _pump(self, timeout: float | None) -> bool:
+    def _pump(self, timeout: float | None, failures: list) -> bool:
+        """Receive one finished command (results to the inbox, errors to ``failures``)."""
         item = self._receive(timeout)
         if item is None:
             return False
         index, status, value = item
         command = self._running.pop(index, "step")
-        if status == "error":
-            raise _worker_error(index, value, command)
-        self._inbox[command].append((index, value))
+        if status == "ok":
+            self._inbox[command].append((index, value))
+        elif status == "died":
+            failures.append((index, RuntimeError(f"{value} while running {command!r}")))
+        else:
+            failures.append((index, _worker_error(index, value, command)))
         return True
 
+    def _pump_until(self, done: Callable[[], bool], command: str, failures: list) -> None:
+        """Receive finished commands until ``done()``, raising TimeoutError past the timeout."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while not done():
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not self._pump(remaining, failures) and deadline is not None:
+                if time.monotonic() >= deadline:
+                    late = [i for i, c in self._running.items() if c == command] or list(
+                        self._running
+                    )
+                    self._stuck(min(late), command)
+
     def _recv(self, command: str, min_get: int) -> TensorDictBase:
+        self._check_usable()
         inbox = self._inbox[command]
         outstanding = sum(1 for c in self._running.values() if c == command)
         if len(inbox) + outstanding < min_get:
@@ -269,10 +352,12 @@ class AsyncEnvPool(EnvBase):
                 f"async_{command}_recv(min_get={min_get}): only {len(inbox) + outstanding} "
                 f"{command}(s) were sent and not received yet"
             )
-        while len(inbox) < min_get:
-            self._pump(None)
-        while self._pump(0.0):
+        failures: list = []
+        self._pump_until(lambda: bool(failures) or len(inbox) >= min_get, command, failures)
+        while self._pump(0.0, failures):
             pass
+        if failures:
+            raise _first_failure(failures)  # the results received stay for the next call
         items = sorted(inbox, key=lambda item: item[0])
         inbox.clear()
         return self._stack_results(items)
@@ -299,16 +384,25 @@ class AsyncEnvPool(EnvBase):
 
     # ------------------------------------------------------------- sync API
     def _run_all(self, command: str, rows: list) -> TensorDictBase:
+        self._check_usable()
+        wanted = {index for index, _ in rows}
+        for index in sorted(wanted & self._running.keys()):
+            raise RuntimeError(
+                f"env {index} is still running a {self._running[index]!r} command; receive it first"
+            )
+        self._check_ready(sorted(wanted))
         for index, payload in rows:
             self._dispatch(command, index, payload)
-        wanted = {index for index, _ in rows}
         inbox = self._inbox[command]
-        while not wanted.issubset({index for index, _ in inbox}):
-            self._pump(None)
+        failures: list = []
+        # wait for every env, even after a failure, so that none is left running
+        self._pump_until(lambda: not (wanted & self._running.keys()), command, failures)
         results = {index: td for index, td in inbox if index in wanted}
         kept = [(index, td) for index, td in inbox if index not in wanted]
         inbox.clear()
         inbox.extend(kept)
+        if failures:
+            raise _first_failure(failures)
         return self._stack([results[index] for index, _ in rows])
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
@@ -443,9 +537,15 @@ class ThreadingAsyncEnvPool(AsyncEnvPool):
         return getattr(self._envs[index], name)(*args, **kwargs)
 
     def _close_backend(self) -> None:
-        self._executor.shutdown(wait=True)
-        for env in self._envs:
-            env.close()
+        if self._broken is None:
+            self._executor.shutdown(wait=True)
+            busy: set = set()
+        else:  # a thread is stuck in env code: do not wait for it, nor close its env
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            busy = set(self._running)
+        for index, env in enumerate(self._envs):
+            if index not in busy:
+                env.close()
 
 
 class ProcessorAsyncEnvPool(AsyncEnvPool):
@@ -463,7 +563,7 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         metas = [get_env_metadata(maker, kw) for maker, kw in zip(makers, kwargs)]
         context = _start.get_context(None)
         fork = context.get_start_method() == "fork"
-        options = {"filter_warnings": tdrl.filter_warnings_subprocess}
+        options = {"filter_warnings": tdrl.filter_warnings_subprocess, "parent_pid": os.getpid()}
         processes: list = []
         connections: list = []
         self._processes, self._connections = processes, connections
@@ -490,70 +590,116 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
                 connections.append(parent_conn)
         self._lock = threading.Lock()
         for index in range(len(makers)):
-            status, value = self._wait_reply(index)
-            if status == "error":
+            status, value = self._wait_reply(index, "start", None)
+            if status != "ok":
                 self._finalizer()
+                if status == "died":
+                    raise RuntimeError(f"{value} while starting")
                 raise _worker_error(index, value, "start")
         return metas
 
-    def _wait_reply(self, index: int) -> tuple[str, Any]:
+    def _worker_name(self, index: int) -> str:
+        return f"env {index} of {type(self).__name__} (pid {self._processes[index].pid})"
+
+    def _death(self, index: int) -> str:
+        """Describe how the worker of env ``index`` died (it is known to be gone)."""
+        process = self._processes[index]
+        process.join(0.5)
+        return f"{self._worker_name(index)} died: {_exit_description(process.exitcode)}"
+
+    def _check_ready(self, indices: list[int]) -> None:
+        for index in indices:
+            if not self._processes[index].is_alive():
+                raise RuntimeError(f"{self._death(index)}; close the pool and build a new one")
+
+    def _abandon(self) -> None:
+        self._finalizer()
+
+    def _wait_reply(self, index: int, command: str, timeout: float | None) -> tuple[str, Any]:
+        """The reply of env ``index``: ``(status, value)`` as in :meth:`_receive`."""
         conn = self._connections[index]
-        while not conn.poll(_LIVENESS_PERIOD):
-            self._check_alive(index)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            period = _LIVENESS_PERIOD
+            if deadline is not None:
+                period = min(period, max(deadline - time.monotonic(), 0.0))
+            if conn.poll(period):
+                break
+            if not self._processes[index].is_alive():
+                return "died", self._death(index)
+            if deadline is not None and time.monotonic() >= deadline:
+                self._stuck(index, command)
         try:
             return pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
-            self._check_alive(index, force=True)
-            raise
-
-    def _check_alive(self, index: int, force: bool = False) -> None:
-        process = self._processes[index]
-        if force or not process.is_alive():
-            process.join(0.5)
-            raise RuntimeError(
-                f"env {index} of the pool (pid {process.pid}) died: "
-                f"{_exit_description(process.exitcode)}"
-            )
+            return "died", self._death(index)
 
     def _send(self, index: int, command: str, payload: Any) -> None:
-        self._connections[index].send_bytes(encode(command, payload))
+        try:
+            self._connections[index].send_bytes(encode(command, payload))
+        except (OSError, ValueError):
+            self._running.pop(index, None)
+            raise RuntimeError(
+                f"{self._death(index)}; {command!r} could not be sent: close the pool and "
+                "build a new one"
+            ) from None
 
     def _receive(self, timeout: float | None) -> tuple[int, str, Any] | None:
         busy = list(self._running)
         if not busy:
             return None
         conns = {self._connections[i]: i for i in busy}
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ready = wait(list(conns), _LIVENESS_PERIOD if timeout is None else timeout)
+            period = _LIVENESS_PERIOD
+            if deadline is not None:
+                period = min(period, max(deadline - time.monotonic(), 0.0))
+            ready = wait(list(conns), period)
             if ready:
                 index = conns[ready[0]]
                 try:
                     status, value = pickle.loads(ready[0].recv_bytes())
                 except (EOFError, OSError):
-                    self._check_alive(index, force=True)
+                    return index, "died", self._death(index)
                 return index, status, value
             for index in busy:
-                self._check_alive(index)
-            if timeout is not None:
+                if not self._processes[index].is_alive():
+                    return index, "died", self._death(index)
+            if deadline is not None and time.monotonic() >= deadline:
                 return None
 
+    def _ask(self, indices: list[int], command: str, payload: Any, name: str) -> list:
+        """Send one command to these envs and read every reply before raising a failure."""
+        self._check_usable()
+        for index in indices:
+            if index in self._running:
+                raise RuntimeError(
+                    f"env {index} is still running a {self._running[index]!r} command; "
+                    f"receive it before {name!r}"
+                )
+        self._check_ready(indices)
+        for index in indices:
+            self._send(index, command, payload)
+        out, failures = [], []
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        for index in indices:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            status, value = self._wait_reply(index, name, left)
+            if status == "ok":
+                out.append(value)
+            elif status == "died":
+                failures.append((index, RuntimeError(f"{value} while running {name!r}")))
+            else:
+                failures.append((index, _worker_error(index, value, name)))
+        if failures:
+            raise _first_failure(failures)
+        return out
+
     def _call_one(self, index: int, name: str, args: tuple, kwargs: dict) -> Any:
-        self._send(index, "call", (name, args, kwargs))
-        status, value = self._wait_reply(index)
-        if status == "error":
-            raise _worker_error(index, value, name)
-        return value
+        return self._ask([index], "call", (name, args, kwargs), name)[0]
 
     def _call_all(self, command: str, payload: Any) -> list:
-        for index in range(self.num_envs):
-            self._send(index, command, payload)
-        out = []
-        for index in range(self.num_envs):
-            status, value = self._wait_reply(index)
-            if status == "error":
-                raise _worker_error(index, value, command)
-            out.append(value)
-        return out
+        return self._ask(list(range(self.num_envs)), command, payload, payload)
 
     def _close_backend(self) -> None:
         self._finalizer()
