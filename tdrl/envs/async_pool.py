@@ -259,9 +259,19 @@ class AsyncEnvPool(EnvBase):
         if index is None:
             raise KeyError(f"async commands need an {ENV_INDEX!r} entry naming the env of each row")
         if tensordict.batch_dims == sub_ndim:
-            return [(int(torch.as_tensor(index).reshape(-1)[0]), tensordict.exclude(ENV_INDEX))]
-        index = torch.as_tensor(index).reshape(tensordict.batch_size[0], -1)[:, 0].tolist()
-        return [(int(i), tensordict[row].exclude(ENV_INDEX)) for row, i in enumerate(index)]
+            rows = [(int(torch.as_tensor(index).reshape(-1)[0]), tensordict.exclude(ENV_INDEX))]
+        else:
+            index = torch.as_tensor(index).reshape(tensordict.batch_size[0], -1)[:, 0].tolist()
+            rows = [(int(i), tensordict[row].exclude(ENV_INDEX)) for row, i in enumerate(index)]
+        for i, _ in rows:
+            self._check_index(i)
+        return rows
+
+    def _check_index(self, index: int) -> None:
+        if not 0 <= index < self.num_envs:
+            raise ValueError(
+                f"{ENV_INDEX} out of range: expected 0 <= index < {self.num_envs}, got {index}"
+            )
 
     def _check_usable(self) -> None:
         if self._broken is not None:
@@ -278,10 +288,7 @@ class AsyncEnvPool(EnvBase):
 
     def _dispatch(self, command: str, index: int, payload: Any) -> None:
         self._check_usable()
-        if not 0 <= index < self.num_envs:
-            raise ValueError(
-                f"{ENV_INDEX} out of range: expected 0 <= index < {self.num_envs}, got {index}"
-            )
+        self._check_index(index)
         if index in self._running:
             raise RuntimeError(
                 f"env {index} is still running a {self._running[index]!r} command; receive it first"

@@ -163,6 +163,15 @@ def test_a_stuck_env_raises_naming_it_and_the_command(backend):
     assert _wait_gone(pids)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_env_index_out_of_range_is_a_value_error(backend):
+    with AsyncEnvPool([CountingEnv] * 2, backend=backend) as env:
+        td = env.fake_tensordict()[0].set("env_index", 7)
+        with pytest.raises(ValueError, match="env_index out of range: .* got 7"):
+            env.async_step_send(td)
+        assert not env._running
+
+
 @pytest.mark.parametrize("timeout", [0, -2.0, "1", True])
 def test_a_bad_timeout_is_rejected(timeout):
     error = ValueError if isinstance(timeout, (int, float)) and timeout is not True else TypeError
