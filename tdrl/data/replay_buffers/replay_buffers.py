@@ -289,6 +289,9 @@ class ReplayBuffer(InPlaceAccess):
             self._storage._share_len()
             if self._storage.initialized:
                 self._storage._td.share_memory_()
+            else:
+                # the first write, in whichever process, allocates where every process sees it
+                self._storage._enable_shared_init()
         if shared:
             self._sampler.share()
         return self
