@@ -12,6 +12,7 @@ import torch
 from tensordict import MemoryMappedTensor
 from torch.utils import _pytree
 
+from tdrl.data.replay_buffers.shared_init import new_shared_dir
 from tdrl.data.replay_buffers.storages import LazyTensorStorage
 
 __all__ = ["LazyMemmapStorage"]
@@ -40,7 +41,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         ndim: how many leading dimensions index items.
         existsok: whether existing files in ``scratch_dir`` may be overwritten.
         compilable: accepted for API compatibility; it has no effect.
-        shared_init: accepted for API compatibility: memory-mapped files are always shared.
+        shared_init: choose the folder now, so that processes the storage is passed to before
+            its first write share one allocation, whichever writes first (as
+            ``ReplayBuffer(..., shared=True)`` does).
         auto_cleanup: remove the folder of the files automatically (see above). Defaults to
             ``True`` for a temporary folder and ``False`` for a ``scratch_dir`` you chose.
 
@@ -76,11 +79,35 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._finalizer: weakref.finalize | None = None
         self._cleaned_up = False
         self._share_len()
+        if shared_init:
+            self._enable_shared_init()
+
+    def _new_shared_dir(self) -> str:
+        if self.scratch_dir is None:
+            folder = tempfile.mkdtemp(prefix="tdrl_memmap_")
+        else:
+            folder = new_shared_dir(self.scratch_dir)
+        self._folder = folder
+        return folder
+
+    def _removes_shared_dir(self) -> bool:
+        return self._auto_cleanup
+
+    def _map_leaf(
+        self, filename: str, shape: tuple, dtype: torch.dtype, create: bool = False
+    ) -> torch.Tensor:
+        if create:
+            return MemoryMappedTensor.empty(
+                shape, dtype=dtype, filename=filename, existsok=self.existsok
+            )
+        return MemoryMappedTensor.from_filename(filename, dtype, shape)
 
     def _storage_device(self) -> torch.device:
         return torch.device("cpu")
 
     def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
+        if self._shared_dir is not None:
+            return self._allocate_shared(template, first)
         folder = self._folder if first else None
         if folder is None:
             folder = self.scratch_dir
@@ -109,9 +136,10 @@ class LazyMemmapStorage(LazyTensorStorage):
         Returns:
             whether a folder was removed.
         """
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
+        for finalizer in (self._finalizer, self._shared_finalizer):
+            if finalizer is not None:
+                finalizer.detach()
+        self._finalizer = self._shared_finalizer = None
         self._cleaned_up = True
         folder = self._folder
         if folder is None or not os.path.isdir(folder):

@@ -272,8 +272,11 @@ class ReplayBuffer(InPlaceAccess):
     def share(self, shared: bool = True) -> ReplayBuffer:
         """Prepare the buffer for processes started afterwards to write and sample it.
 
-        A lazy tensor storage is placed in shared memory when it allocates, and a prioritized
-        sampler keeps its priorities in shared memory (see :meth:`PrioritizedSampler.share`).
+        A lazy storage still empty gets a folder now: the first write, in whichever process
+        (forked or spawned children included), allocates its files there and the other
+        processes map them on their next access, so no item is lost; a temporary folder goes
+        away with this process's buffer. A prioritized sampler keeps its priorities in shared
+        memory (see :meth:`PrioritizedSampler.share`).
         """
         if shared and self._prefetch_cap:
             raise ValueError(
@@ -289,6 +292,9 @@ class ReplayBuffer(InPlaceAccess):
             self._storage._share_len()
             if self._storage.initialized:
                 self._storage._td.share_memory_()
+            else:
+                # the first write, in whichever process, allocates where every process sees it
+                self._storage._enable_shared_init()
         if shared:
             self._sampler.share()
         return self

@@ -16,6 +16,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.list_storage import LazyStackStorage, ListStorage
+from tdrl.data.replay_buffers.shared_init import SharedInit
 from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range, range_index
 from tdrl.data.replay_buffers.storage_state import from_plain_state, full_batch_size, plain_state
 from tdrl.data.replay_buffers.utils import (
@@ -44,7 +45,7 @@ def _as_tuple(key: Any) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
-class TensorStorage(Storage):
+class TensorStorage(SharedInit, Storage):
     """A storage over contiguous tensors: a tensor, a TensorDict or a pytree of tensors.
 
     All items share one structure; reading a batch is one gather per leaf. ``len`` counts
@@ -116,8 +117,8 @@ class TensorStorage(Storage):
     # -- structure ---------------------------------------------------------------------------
     @property
     def initialized(self) -> bool:
-        """Whether the storage has been allocated."""
-        return self._td is not None
+        """Whether the storage has been allocated (by any process, when it is shared)."""
+        return self._attached()
 
     def _adopt(self, storage: Any) -> None:
         """Wrap a container (tensor, TensorDict, tensorclass or pytree) as the internal TensorDict."""
@@ -203,7 +204,7 @@ class TensorStorage(Storage):
         state = self.__dict__.copy()
         for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np", "_counters_np"):
             state.pop(key, None)
-        return state
+        return self._shared_state(state)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -228,7 +229,7 @@ class TensorStorage(Storage):
     @property
     def _storage(self) -> Any:
         """The container in the form it was given or inferred (tensor, TensorDict or pytree)."""
-        if self._td is None:
+        if not self._attached():
             return None
         return self._wrap(self._td)
 
@@ -423,7 +424,7 @@ class TensorStorage(Storage):
             cursor = range_index(cursor)
         single = isinstance(cursor, (int, np.integer))
         if self._td is None:
-            self._init(data, batched=not single)
+            self._first_write(data, not single)
         leaves = self._data_leaves(data)
         if isinstance(cursor, slice):
             for key, dst, src in zip(self._keys, self._leaves, leaves):
@@ -573,18 +574,18 @@ class TensorStorage(Storage):
         return int(self._len_np)
 
     def __len__(self) -> int:
-        if self._td is None:
+        if self._td is None and not self._attached():
             return 0
         return int(self._len_np) * math.prod(self._item_shape[: self.ndim - 1])
 
     @property
     def _total_shape(self) -> torch.Size | None:
-        return None if self._td is None else self._td.shape
+        return self._td.shape if self._attached() else None
 
     @property
     def shape(self) -> torch.Size | None:
         """The shape of the stored items: leading dimension truncated to the filled length."""
-        if self._td is None:
+        if not self._attached():
             return None
         return torch.Size((int(self._len_np), *self._td.shape[1:]))
 
@@ -597,7 +598,7 @@ class TensorStorage(Storage):
         With ``ndim > 1`` an integer tensor of shape ``[n, ndim]`` holds coordinates (as the
         ``"index"`` entry of samples does) and reads ``n`` items.
         """
-        if self._td is None:
+        if self._td is None and not self._attached():
             raise RuntimeError(_EMPTY_MSG)
         length = int(self._len_np)
         if isinstance(index, range):
@@ -704,6 +705,7 @@ class TensorStorage(Storage):
         Only tensors, lists, strings and numbers: ``torch.load(..., weights_only=True)``
         reads it back whatever the installed tensordict version.
         """
+        self._attached()
         return {
             "_storage": None if self._td is None else plain_state(self._td.to_tensordict()),
             "full_batch_size": True,
@@ -791,6 +793,7 @@ class LazyTensorStorage(TensorStorage):
         self._shared_init = bool(shared_init)
         if self._shared_init:
             self._share_len()
+            self._enable_shared_init()
 
     def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
         if self._shared_init and self.device is not None and self.device.type != "cpu":
@@ -800,6 +803,10 @@ class LazyTensorStorage(TensorStorage):
                 stacklevel=4,
             )
             self.device = torch.device("cpu")
+        if self._shared_dir is not None:
+            tensors = self._allocate_shared(template, first)
+            self._share_len()
+            return tensors
         tensors = [
             torch.empty(shape, dtype=dtype, device=self.device) for _, shape, dtype in template
         ]
