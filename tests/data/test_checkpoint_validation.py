@@ -91,6 +91,23 @@ def test_nan_or_negative_stored_priorities_are_refused(saved, bad) -> None:
     _assert_untouched(rb, before)
 
 
+@pytest.mark.parametrize("length", [9, -1, "3"])  # 6 rows saved
+def test_storage_length_beyond_the_saved_rows_is_refused(saved, length) -> None:
+    path = os.path.join(saved, "storage", "checkpoint.json")
+    with open(path) as file:
+        meta = json.load(file)
+    meta["len"] = length
+    with open(path, "w") as file:
+        json.dump(meta, file)
+    rb = _buffer(torch.arange(3.0))
+    before = rb.sampler.state_dict()
+    with pytest.raises(
+        ValueError, match=r"damaged checkpoint .* len must be an integer in \[0, 6\]"
+    ):
+        rb.loads(saved)
+    _assert_untouched(rb, before)
+
+
 def test_damaged_storage_restores_sampler_and_writer(saved) -> None:
     os.truncate(os.path.join(saved, "storage", "leaf_0.memmap"), 3)
     rb = _buffer(torch.arange(3.0))

@@ -420,8 +420,15 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 f"the checkpoint in {folder} was written without save hooks, but the storage "
                 "has load hooks registered: load it into a storage without them"
             )
+        length = meta["len"]
+        for entry in meta["entries"]:
+            saved_rows = entry["shape"][0] if entry["shape"] else 0
+            if not isinstance(length, int) or not 0 <= length <= saved_rows:
+                raise ValueError(
+                    f"damaged checkpoint in {folder}: len must be an integer in [0, {saved_rows}] "
+                    f"(the rows saved for entry {tuple(entry['key'])}), got {length!r}"
+                )
         _prepare_storage(storage, meta, self._template(meta))
-        length = int(meta["len"])
         td = storage._td
         for entry in meta["entries"]:
             key = tuple(entry["key"])
