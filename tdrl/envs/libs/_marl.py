@@ -164,6 +164,28 @@ def group_data(
     return TensorDict(stacked, batch_size=(*batch_size, len(per_agent)), device=device)
 
 
+def check_wrapped_env(
+    owner: Any, env: Any, needs: str, expected: str, methods: Sequence[str]
+) -> None:
+    """Raise a TypeError unless ``env`` (the ``env=`` argument of a wrapper) has ``methods``.
+
+    Examples:
+        >>> class W: ...
+        >>> check_wrapped_env(W(), [], "a list", "a list", ["append"])
+        >>> check_wrapped_env(W(), None, "a list", "a list", ["append"])
+        Traceback (most recent call last):
+        TypeError: W needs a list (env=...)
+    """
+    name = type(owner).__name__
+    if env is None:
+        raise TypeError(f"{name} needs {needs} (env=...)")
+    missing = [method for method in methods if not hasattr(env, method)]
+    if missing:
+        raise TypeError(
+            f"{name} env: expected {expected}, got {type(env).__name__} without {missing}"
+        )
+
+
 class BackendModule:
     """Class (and instance) attribute giving a backend module, imported when first read.
 

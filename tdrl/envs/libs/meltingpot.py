@@ -32,6 +32,7 @@ from tdrl.envs.libs._marl import (
     BackendModule,
     GroupedRandAction,
     check_action_shape,
+    check_wrapped_env,
     resolve_group_map,
 )
 from tdrl.envs.marl import MarlGroupMapType
@@ -188,19 +189,13 @@ class MeltingpotWrapper(GroupedRandAction, _EnvWrapper):
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
-        env = kwargs.get("env")
-        if env is None:
-            raise TypeError(f"{type(self).__name__} needs a MeltingPot substrate (env=...)")
-        missing = [
-            name
-            for name in ("reset", "step", "observation_spec", "action_spec")
-            if not hasattr(env, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"{type(self).__name__} env: expected a MeltingPot substrate "
-                f"(meltingpot.substrate.build(...)), got {type(env).__name__} without {missing}"
-            )
+        check_wrapped_env(
+            self,
+            kwargs.get("env"),
+            "a MeltingPot substrate",
+            "a MeltingPot substrate (meltingpot.substrate.build(...))",
+            ("reset", "step", "observation_spec", "action_spec"),
+        )
 
     def _build_env(self, env: Any) -> Any:
         return env

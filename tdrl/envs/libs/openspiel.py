@@ -31,6 +31,7 @@ from tdrl.envs.libs._marl import (
     BackendModule,
     GroupedRandAction,
     check_action_shape,
+    check_wrapped_env,
     resolve_group_map,
 )
 from tdrl.envs.marl import MarlGroupMapType
@@ -150,19 +151,13 @@ class OpenSpielWrapper(GroupedRandAction, _EnvWrapper):
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
-        env = kwargs.get("env")
-        if env is None:
-            raise TypeError(f"{type(self).__name__} needs an OpenSpiel state (env=...)")
-        missing = [
-            name
-            for name in ("get_game", "current_player", "apply_action", "legal_actions", "clone")
-            if not hasattr(env, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"{type(self).__name__} env: expected a pyspiel.State (game.new_initial_state()), "
-                f"got {type(env).__name__} without {missing}"
-            )
+        check_wrapped_env(
+            self,
+            kwargs.get("env"),
+            "an OpenSpiel state",
+            "a pyspiel.State (game.new_initial_state())",
+            ("get_game", "current_player", "apply_action", "legal_actions", "clone"),
+        )
 
     def _build_env(self, env: Any) -> Any:
         # the given state is never played: each episode plays a clone of it. pyspiel clones

@@ -32,6 +32,7 @@ from tdrl.envs.libs._marl import (
     BackendModule,
     GroupedRandAction,
     check_action_shape,
+    check_wrapped_env,
     group_by_name_prefix,
     group_data,
     group_spec,
@@ -403,19 +404,13 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
-        env = kwargs.get("env")
-        if env is None:
-            raise TypeError(f"{type(self).__name__} needs a PettingZoo env (env=...)")
-        missing = [
-            name
-            for name in ("possible_agents", "observation_space", "action_space", "step", "reset")
-            if not hasattr(env, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"{type(self).__name__} env: expected a PettingZoo AECEnv or ParallelEnv, got "
-                f"{type(env).__name__} without {missing}"
-            )
+        check_wrapped_env(
+            self,
+            kwargs.get("env"),
+            "a PettingZoo env",
+            "a PettingZoo AECEnv or ParallelEnv",
+            ("possible_agents", "observation_space", "action_space", "step", "reset"),
+        )
 
     def _build_env(self, env: Any) -> Any:
         return env

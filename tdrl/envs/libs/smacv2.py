@@ -27,7 +27,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Categorical, Composite, OneHot, Unbounded
 from tdrl.envs.gym_like import _EnvWrapper
-from tdrl.envs.libs._marl import ACTION_ERROR, BackendModule, GroupedRandAction, check_action_shape
+from tdrl.envs.libs._marl import (
+    ACTION_ERROR,
+    BackendModule,
+    GroupedRandAction,
+    check_action_shape,
+    check_wrapped_env,
+)
 
 __all__ = ["SMACv2Env", "SMACv2Wrapper"]
 
@@ -106,19 +112,13 @@ class SMACv2Wrapper(GroupedRandAction, _EnvWrapper):
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
-        env = kwargs.get("env")
-        if env is None:
-            raise TypeError(f"{type(self).__name__} needs a SMACv2 env (env=...)")
-        missing = [
-            name
-            for name in ("get_env_info", "reset", "step", "get_obs", "get_avail_actions")
-            if not hasattr(env, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"{type(self).__name__} env: expected a SMACv2 StarCraft2Env, got "
-                f"{type(env).__name__} without {missing}"
-            )
+        check_wrapped_env(
+            self,
+            kwargs.get("env"),
+            "a SMACv2 env",
+            "a SMACv2 StarCraft2Env",
+            ("get_env_info", "reset", "step", "get_obs", "get_avail_actions"),
+        )
 
     def _build_env(self, env: Any) -> Any:
         return env

@@ -30,6 +30,7 @@ from tdrl.envs.libs._marl import (
     BackendModule,
     GroupedRandAction,
     check_action_shape,
+    check_wrapped_env,
     group_by_name_prefix,
     group_data,
     group_spec,
@@ -213,19 +214,13 @@ class VmasWrapper(GroupedRandAction, _EnvWrapper):
 
     # ------------------------------------------------------------------ building
     def _check_kwargs(self, kwargs: dict) -> None:
-        env = kwargs.get("env")
-        if env is None:
-            raise TypeError(f"{type(self).__name__} needs a VMAS environment (env=...)")
-        missing = [
-            name
-            for name in ("agents", "num_envs", "step", "reset", "reset_at", "get_from_scenario")
-            if not hasattr(env, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"{type(self).__name__} env: expected a VMAS Environment (vmas.make_env(...) "
-                f"with wrapper=None), got {type(env).__name__} without {missing}"
-            )
+        check_wrapped_env(
+            self,
+            kwargs.get("env"),
+            "a VMAS environment",
+            "a VMAS Environment (vmas.make_env(...) with wrapper=None)",
+            ("agents", "num_envs", "step", "reset", "reset_at", "get_from_scenario"),
+        )
 
     def _build_env(self, env: Any) -> Any:
         if self._device is not None and torch.device(env.device) != self._device:
