@@ -530,6 +530,11 @@ class MultiaSyncDataCollector(_MultiCollector):
                 self._pending.add(worker)
             yield data
 
+    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop every worker process; batches still being collected are dropped."""
+        super().shutdown(timeout, close_env)
+        self._pending.clear()
+
     def _sync_pending(self) -> None:
         for worker in sorted(self._pending):
             self._receive_batch(worker, self._buffers)

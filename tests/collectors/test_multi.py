@@ -201,6 +201,16 @@ def test_shutdown_stops_every_worker_and_is_idempotent():
         next(iter(collector))
 
 
+@pytest.mark.parametrize("cls", [MultiSyncDataCollector, MultiaSyncDataCollector])
+def test_commands_after_shutdown_say_the_collector_is_shut_down(cls):
+    collector = cls([counting_env, counting_env], frames_per_batch=8)
+    next(iter(collector))  # the asynchronous collector has batches in flight now
+    collector.shutdown()
+    for command in (collector.state_dict, collector.reset, lambda: collector.set_seed(1)):
+        with pytest.raises(RuntimeError, match=f"{cls.__name__} is shut down"):
+            command()
+
+
 def test_seed_state_dict_and_reset_go_to_every_worker():
     collector = MultiSyncDataCollector(
         [counting_env, counting_env], frames_per_batch=8, total_frames=16
