@@ -359,12 +359,16 @@ class _MultiCollector(DataCollectorBase):
         self._shared_weights.update_(as_weights(policy_weights))
 
     def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop every worker process (their envs are closed); idempotent."""
+        """Stop every worker process (their envs are closed); idempotent.
+
+        The workers' shared batch buffers are released too (the yielded batches are copies).
+        """
         self._iterator = None
         self.closed = True
         finalizer = self.__dict__.get("_finalizer")
         if finalizer is not None:
             finalizer()
+        self.__dict__.get("_buffers", {}).clear()
 
     def _sync_pending(self) -> None:
         """Wait for batches still being collected (the asynchronous collector has some)."""
@@ -525,6 +529,11 @@ class MultiaSyncDataCollector(_MultiCollector):
                 self._send(worker, "collect")
                 self._pending.add(worker)
             yield data
+
+    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop every worker process; batches still being collected are dropped."""
+        super().shutdown(timeout, close_env)
+        self._pending.clear()
 
     def _sync_pending(self) -> None:
         for worker in sorted(self._pending):

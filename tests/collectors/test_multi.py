@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -200,6 +201,16 @@ def test_shutdown_stops_every_worker_and_is_idempotent():
         next(iter(collector))
 
 
+@pytest.mark.parametrize("cls", [MultiSyncDataCollector, MultiaSyncDataCollector])
+def test_commands_after_shutdown_say_the_collector_is_shut_down(cls):
+    collector = cls([counting_env, counting_env], frames_per_batch=8)
+    next(iter(collector))  # the asynchronous collector has batches in flight now
+    collector.shutdown()
+    for command in (collector.state_dict, collector.reset, lambda: collector.set_seed(1)):
+        with pytest.raises(RuntimeError, match=f"{cls.__name__} is shut down"):
+            command()
+
+
 def test_seed_state_dict_and_reset_go_to_every_worker():
     collector = MultiSyncDataCollector(
         [counting_env, counting_env], frames_per_batch=8, total_frames=16
@@ -301,3 +312,72 @@ def test_a_new_iterator_reuses_the_workers_shared_buffers():
         )
     finally:
         collector.shutdown()
+
+
+def _shm_mappings() -> int:
+    """How many mappings of /dev/shm files this process holds."""
+    with open("/proc/self/maps") as maps:
+        return sum("/dev/shm/" in line for line in maps)
+
+
+def _shm_files_of(pids) -> list[str]:
+    """Shared-memory files named after one of ``pids`` (torch names them torch_<pid>_...)."""
+    prefixes = tuple(f"torch_{pid}_" for pid in pids)
+    return [name for name in os.listdir("/dev/shm") if name.startswith(prefixes)]
+
+
+needs_proc = pytest.mark.skipif(
+    not (os.path.exists("/proc/self/maps") and os.path.isdir("/dev/shm")),
+    reason="reads /proc/self/maps and /dev/shm",
+)
+
+
+@needs_proc
+def test_shutdown_releases_the_shared_batch_buffers():
+    before = _shm_mappings()
+    collector = MultiSyncDataCollector(
+        [counting_env, counting_env], frames_per_batch=8, total_frames=24
+    )
+    pids = [os.getpid(), *collector.worker_pids]
+    batches = list(collector)
+    assert _shm_mappings() > before  # the workers' buffers are mapped here
+    collector.shutdown()
+    # released at shutdown, not when the collector object is collected
+    assert _shm_mappings() == before
+    assert _shm_files_of(pids) == []
+    # the yielded batches were copies: still readable, and intact
+    assert [data["observation"].shape for data in batches] == [torch.Size([2, 4, 4])] * 3
+    assert (batches[0]["observation"][:, 0] == 0).all()
+
+
+class SlowEnv(CountingEnv):
+    """Sleeps 10 ms per step: a batch of 500 steps takes seconds."""
+
+    def _step(self, tensordict):
+        time.sleep(0.01)
+        return super()._step(tensordict)
+
+
+def slow_env():
+    return SlowEnv(max_steps=50)
+
+
+@needs_proc
+def test_multisync_worker_killed_mid_batch_is_reported():
+    collector = MultiSyncDataCollector([slow_env, slow_env], frames_per_batch=1000)
+    pids = collector.worker_pids
+    iterator = iter(collector)
+    killer = threading.Timer(0.5, os.kill, (pids[0], signal.SIGKILL))
+    killer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(
+            WorkerError, match=rf"collector worker 0 \(pid {pids[0]}\) died during 'collect'"
+        ):
+            next(iterator)  # both workers are mid-batch when worker 0 is killed
+    finally:
+        killer.join()
+    assert time.monotonic() - start < 30
+    assert collector.closed
+    assert _all_dead(pids)
+    assert _shm_files_of([os.getpid(), *pids]) == []
