@@ -1,0 +1,125 @@
+"""Random-action rollouts of PettingZoo envs: the data is the generic step loop's, bit for bit.
+
+``env.rollout(n)`` without a policy may run on a cheaper path; these tests compare it with the
+generic loop (the same random actions given as a policy) on seeded envs and torch seeds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
+from tests.envs.libs.test_pettingzoo import FadingAgents
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+
+def _assert_same_data(fast: TensorDictBase, generic: TensorDictBase) -> None:
+    assert fast.batch_size == generic.batch_size
+    assert fast.names == generic.names
+    # same keys in the same order, same dtypes, shapes and values
+    assert list(fast.keys(True, True)) == list(generic.keys(True, True))
+    for key in generic.keys(True, True):
+        got, expected = fast.get(key), generic.get(key)
+        assert got.dtype == expected.dtype, key
+        assert got.shape == expected.shape, key
+        assert torch.equal(got, expected), key
+    for key in generic.keys(True):
+        if isinstance(generic.get(key), TensorDictBase):
+            assert fast.get(key).batch_size == generic.get(key).batch_size, key
+
+
+def _both(make, steps: int, torch_seed: int = 1, **rollout_kwargs):
+    """The rollout of a fresh env without policy, and the generic loop's on another one."""
+    fast_env, generic_env = make(), make()
+    torch.manual_seed(torch_seed)
+    fast = fast_env.rollout(steps, **rollout_kwargs)
+    torch.manual_seed(torch_seed)
+    generic = generic_env.rollout(steps, policy=generic_env.rand_action, **rollout_kwargs)
+    return fast, generic, fast_env, generic_env
+
+
+@pytest.mark.parametrize("steps", [1, 24, 25, 26, 80])
+def test_simple_spread_across_episodes(steps):
+    def make():
+        return PettingZooEnv("simple_spread_v3", parallel=True, N=3, seed=0)
+
+    fast, generic, *_ = _both(make, steps, break_when_any_done=False)
+    assert fast.batch_size == (steps,)
+    _assert_same_data(fast, generic)
+
+
+def test_two_groups_one_hot_mask_and_state():
+    def make():
+        return PettingZooEnv(
+            "simple_adversary_v3",
+            parallel=True,
+            seed=3,
+            max_cycles=7,
+            use_mask=True,
+            return_state=True,
+            categorical_actions=False,
+        )
+
+    fast, generic, *_ = _both(make, 30, torch_seed=4, break_when_any_done=False)
+    assert fast["next", "done"].sum() == 4  # episodes of 7 steps: 4 ends in 30 steps
+    _assert_same_data(fast, generic)
+
+
+def test_stops_at_the_first_end_and_marks_truncation():
+    def make():
+        return PettingZooEnv("simple_spread_v3", parallel=True, N=2, seed=1, max_cycles=5)
+
+    fast, generic, *_ = _both(make, 10)
+    assert fast.batch_size == (5,)
+    _assert_same_data(fast, generic)
+    fast, generic, *_ = _both(make, 3, set_truncated=True)
+    assert fast["next", "truncated"][-1].all()
+    _assert_same_data(fast, generic)
+
+
+def test_the_envs_continue_alike_after_a_rollout():
+    def make():
+        return PettingZooEnv("simple_spread_v3", parallel=True, N=2, seed=2, max_cycles=4)
+
+    _, _, fast_env, generic_env = _both(make, 10, break_when_any_done=False)
+    torch.manual_seed(7)
+    fast = fast_env.rollout(6, break_when_any_done=False)
+    torch.manual_seed(7)
+    generic = generic_env.rollout(6, policy=generic_env.rand_action, break_when_any_done=False)
+    _assert_same_data(fast, generic)
+
+
+@pytest.mark.parametrize("done_on_any", [True, False])
+def test_leaving_agents_and_action_masks(done_on_any):
+    def make():
+        return PettingZooWrapper(
+            FadingAgents(leave_at=2, length=5),
+            use_mask=True,
+            return_state=True,
+            done_on_any=done_on_any,
+        )
+
+    fast, generic, *_ = _both(make, 12, break_when_any_done=False)
+    _assert_same_data(fast, generic)
+    # masked random actions: the agents never take the illegal action 2
+    assert (fast["a", "action"] != 2).all()
+
+
+def test_heterogeneous_group():
+    def make():
+        return PettingZooEnv(
+            "simple_adversary_v3",
+            parallel=True,
+            seed=0,
+            max_cycles=4,
+            group_map={"all": ["adversary_0", "agent_0", "agent_1"]},
+        )
+
+    fast, generic, *_ = _both(make, 9, break_when_any_done=False)
+    assert fast.batch_size == generic.batch_size == (9,)
+    for agent in range(3):
+        _assert_same_data(fast["all"][:, agent], generic["all"][:, agent])
+    _assert_same_data(fast.exclude("all", ("next", "all")), generic.exclude("all", ("next", "all")))
