@@ -38,6 +38,12 @@ from tdrl.envs.libs._marl import (
     group_spec,
     resolve_group_map,
 )
+from tdrl.envs.libs._pettingzoo_rollout import (
+    columnar_rollout,
+    dig,
+    nest,
+    rollout_blocker,
+)
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
@@ -155,22 +161,6 @@ def _observation_layout(space: Any) -> list[tuple[tuple, tuple, Any]]:
     return [(("observation", *path), path, leaf) for path, leaf in _leaf_paths(space)]
 
 
-def _nest(flat: Mapping[tuple, Any]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return out
-
-
-def _dig(value: Any, path: tuple) -> Any:
-    for part in path:
-        value = value[part]
-    return value
-
-
 # --------------------------------------------------------------------------- actions
 def _action_writer(
     space: Any, categorical: bool, key: tuple, agent: str, owner: str
@@ -217,6 +207,8 @@ class _Group:
         self.action_key = (name, "action")
         self.writers = []
         self.readers = []
+        # per agent: the codec's in-place reader of each entry (None where it has none)
+        self.read_intos: list[dict] = []
         action_specs, observation_specs = [], []
         for agent in agents:
             action_space = env.action_space(agent)
@@ -228,9 +220,11 @@ class _Group:
             )
             layout = _observation_layout(env.observation_space(agent))
             readers = {}
+            read_intos = {}
             entries = {}
             for key, path, leaf in layout:
                 codec = make_space_codec(leaf, (), False)
+                read_intos[key] = codec.read_into
                 spec = codec.spec
                 if key == ("action_mask",):
                     spec = Categorical(2, spec.shape, dtype=torch.bool)
@@ -240,10 +234,12 @@ class _Group:
                 readers[key] = (path, reader)
                 entries[key] = spec
             self.readers.append(readers)
-            observation_specs.append(Composite(_nest(entries)))
+            self.read_intos.append(read_intos)
+            observation_specs.append(Composite(nest(entries)))
         self.action_spec, het_action = group_spec(action_specs, 0)
         self.observation_spec, het_observation = group_spec(observation_specs, 0)
         self.heterogeneous = het_action or het_observation
+        self.observation_keys = list(self.readers[0])
         self.action_shape = None if het_action else self.action_spec["action"].shape
         self.has_action_mask = all(("action_mask",) in readers for readers in self.readers)
         # a dense discrete action spec whose mask has the action mask's shape
@@ -273,7 +269,7 @@ class _Group:
                 entries = self.last[j]
             else:
                 entries = {
-                    key: reader(_dig(raw, path)) for key, (path, reader) in self.readers[j].items()
+                    key: reader(dig(raw, path)) for key, (path, reader) in self.readers[j].items()
                 }
                 # a copy: the tensors may view arrays the env edits after the agent has left
                 self.last[j] = {key: value.clone() for key, value in entries.items()}
@@ -521,14 +517,32 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         env = self._env
         actions = self._agent_actions(tensordict, set(env.agents))
         observations, rewards, terminated, truncated, _ = env.step(actions)
+        self._check_present(observations, terminated, truncated)
+        # the agents that act at the next step (those that just ended are masked already)
+        live = set(env.agents)
+        return self._output(observations, None, live, rewards, terminated, truncated)
+
+    def _check_present(
+        self, observations: Mapping, terminated: Mapping, truncated: Mapping
+    ) -> None:
+        """Without ``use_mask``, agents may leave a parallel env only as the episode ends."""
         present = set(observations)
         if not self.use_mask and len(present) < len(self.possible_agents):
             if not all(terminated.get(a, False) or truncated.get(a, False) for a in present):
                 dead = sorted(set(self.possible_agents) - present)
                 raise ValueError(_DEAD_AGENTS.format(owner=type(self).__name__, agents=dead))
-        # the agents that act at the next step (those that just ended are masked already)
-        live = set(env.agents)
-        return self._output(observations, None, live, rewards, terminated, truncated)
+
+    def _random_rollout(
+        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
+    ) -> TensorDictBase | None:
+        """Random-action rollouts of parallel envs kept in columns (same data, fewer objects).
+
+        None (the generic loop) for AEC envs and the other cases :func:`rollout_blocker`
+        names.
+        """
+        if rollout_blocker(self, PettingZooWrapper) is not None:
+            return None
+        return columnar_rollout(self, max_steps, break_when_any_done, set_truncated)
 
     def _step_aec(self, tensordict: TensorDictBase) -> TensorDictBase:
         env = self._env
@@ -608,7 +622,7 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
                     mask = [agent == acting for agent in group.agents]
                 dense["mask"] = torch.from_numpy(np.array(mask, dtype=bool))
             data = group_data(
-                [_nest(entries) for entries in per_agent],
+                [nest(entries) for entries in per_agent],
                 torch.Size([]),
                 group.heterogeneous,
                 self.device,

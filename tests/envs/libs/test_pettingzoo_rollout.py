@@ -123,3 +123,68 @@ def test_heterogeneous_group():
     for agent in range(3):
         _assert_same_data(fast["all"][:, agent], generic["all"][:, agent])
     _assert_same_data(fast.exclude("all", ("next", "all")), generic.exclude("all", ("next", "all")))
+
+
+class VanishingAgents(FadingAgents):
+    """``a_0`` disappears from every dict at step ``leave_at`` without ever being done."""
+
+    def step(self, actions):
+        obs, rewards, ending, truncated, infos = super().step(actions)
+        if self.t == self.leave_at:
+            for values in (obs, rewards, ending, truncated, infos):
+                values.pop("a_0")
+            ending = {agent: False for agent in ending}
+            self.agents = ["a_1", "a_2"]
+        elif self.t > self.leave_at:
+            ending = {agent: self.t >= self.length for agent in ending}
+            self.agents = [a for a in self.agents if not ending[a]]
+        return obs, rewards, ending, truncated, infos
+
+
+def test_an_agent_missing_from_the_dicts_takes_the_generic_step_output():
+    def make():
+        return PettingZooWrapper(
+            VanishingAgents(leave_at=2, length=4), use_mask=True, return_state=True
+        )
+
+    fast, generic, *_ = _both(make, 9, break_when_any_done=False)
+    _assert_same_data(fast, generic)
+    # the vanished agent is done (it left) and keeps its last observation
+    assert fast["next", "a", "terminated"][1, 0].item()
+    assert torch.equal(fast["next", "a", "observation"][1, 0], fast["a", "observation"][1, 0])
+
+
+def test_a_generic_step_after_a_rollout_sees_its_last_observations():
+    def make():
+        return PettingZooWrapper(VanishingAgents(leave_at=2, length=4), use_mask=True)
+
+    fast_env, generic_env = make(), make()
+    torch.manual_seed(0)
+    fast = fast_env.rollout(1)
+    fast = fast_env.rand_step(fast_env.step_mdp(fast[-1]))
+    torch.manual_seed(0)
+    generic = generic_env.rollout(1, policy=generic_env.rand_action)
+    generic = generic_env.rand_step(generic_env.step_mdp(generic[-1]))
+    _assert_same_data(fast, generic)
+    assert torch.equal(fast["next", "a", "observation"][0], torch.tensor([1.0, 0.0]))
+
+
+def test_an_agent_leaving_without_mask_raises_on_both_paths():
+    env = PettingZooWrapper(VanishingAgents(leave_at=2, length=4))
+    with pytest.raises(ValueError, match=r"agent\(s\) \['a_0'\] left the env"):
+        env.rollout(5)
+    env = PettingZooWrapper(VanishingAgents(leave_at=2, length=4))
+    with pytest.raises(ValueError, match=r"agent\(s\) \['a_0'\] left the env"):
+        env.rollout(5, policy=env.rand_action)
+
+
+def test_overridden_step_output_runs_the_generic_loop():
+    class Doubled(PettingZooWrapper):
+        def _output(self, *args, **kwargs):
+            data = super()._output(*args, **kwargs)
+            data["a", "observation"] = data["a", "observation"] * 2
+            return data
+
+    env = Doubled(FadingAgents(leave_at=3, length=3), seed=0)
+    data = env.rollout(2)
+    assert data["next", "a", "observation"][:, 0, 0].tolist() == [2.0, 4.0]

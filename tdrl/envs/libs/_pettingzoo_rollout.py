@@ -1,0 +1,358 @@
+"""Random-action rollouts of PettingZoo parallel envs, kept in columns.
+
+``PettingZooWrapper.rollout(n)`` without a policy does not build one tensordict per step: each
+step writes the agents' observations into one numpy array per group and entry, keeps the
+actions, rewards and flags as they come, and every column of the result is stacked once at
+the end. The data is the generic loop's, bit for bit: the random actions are drawn from the
+same action leaves in the same order (after the same action-mask updates), the conversions
+are the wrapper's own, the resets are the env's ``reset()``, and a step that the fast reading
+does not cover (an agent missing from PettingZoo's dicts) goes through the wrapper's generic
+step output. :func:`rollout_blocker` says when the generic loop runs instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdrl.data.specs import Composite, NonTensor
+
+if TYPE_CHECKING:
+    from tdrl.envs.libs.pettingzoo import PettingZooWrapper
+
+__all__ = ["columnar_rollout", "dig", "nest", "rollout_blocker"]
+
+_FLAGS = ("done", "terminated", "truncated")
+#: wrapper methods whose work the columnar rollout does without calling them: one replaced
+#: on the class or on the instance sends the rollout through the generic loop
+_STEP_METHODS = (
+    "step",
+    "_checked_step",
+    "_step",
+    "_step_parallel",
+    "_check_present",
+    "_agent_actions",
+    "_agent_flags",
+    "_output",
+    "_finish_step",
+    "reset",
+    "_reset",
+    "_post_process",
+    "rand_action",
+    "_post_step_hooks",
+)
+
+
+def nest(flat: Mapping[tuple, Any]) -> dict:
+    """Nested dicts from a mapping of key tuples, e.g. ``{("a", "b"): 1}`` -> ``{"a": {"b": 1}}``."""
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return out
+
+
+def dig(value: Any, path: tuple) -> Any:
+    """``value[path[0]][path[1]]...``."""
+    for part in path:
+        value = value[part]
+    return value
+
+
+def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
+    """Why ``env``'s random rollouts must take the generic loop, or None when they may not.
+
+    ``stock`` is the class whose step the columnar rollout stands for.
+    """
+    if not env.parallel:
+        return "AEC env"
+    if env.het_specs:
+        return "heterogeneous group"
+    if not env.done_on_any:
+        return "done_on_any=False"
+    if env.run_type_checks:
+        return "run_type_checks"
+    if env._auto_reset_handler is not None:
+        return "auto_reset"
+    device = env.device
+    if device is not None and device.type != "cpu":
+        return f"device {device}"
+    action_spec = env.full_action_spec
+    if list(action_spec.keys()) != [group.name for group in env._groups]:
+        return "action spec changed"
+    for group in env._groups:
+        entry = action_spec[group.name]
+        if not isinstance(entry, Composite) or list(entry.keys()) != ["action"]:
+            return "action spec changed"
+        for key in group.observation_keys:
+            spec = group.observation_spec[key]
+            if isinstance(spec, (Composite, NonTensor)) or spec.dtype not in _NUMPY_DTYPES:
+                return f"observation {(group.name, *key)} is not a numeric tensor"
+    own = env.__dict__
+    cls = type(env)
+    for name in _STEP_METHODS:
+        if name in own:
+            return f"{name} set on the instance"
+        if getattr(cls, name) is not getattr(stock, name):
+            return f"{cls.__name__}.{name} overrides {stock.__name__}.{name}"
+    return None
+
+
+_NUMPY_DTYPES = {
+    dtype: torch.empty((), dtype=dtype).numpy().dtype
+    for dtype in (
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    )
+}
+
+
+class _GroupColumns:
+    """One group's per-step values, kept until the end of the rollout."""
+
+    def __init__(self, group: Any, use_mask: bool) -> None:
+        self.group = group
+        self.agents = group.agents
+        self.keys = group.observation_keys
+        # per key: the numpy dtype and row shape of the group's entry
+        self.layout = []
+        for key in self.keys:
+            spec = group.observation_spec[key]
+            self.layout.append((key, tuple(spec.shape), _NUMPY_DTYPES[spec.dtype]))
+        # per agent: (key, path in the raw observation, fill(row, value)) of each entry
+        self.fillers = []
+        for j in range(group.n):
+            fillers = []
+            for key in self.keys:
+                path, reader = group.readers[j][key]
+                fill = group.read_intos[j][key] or _filler(reader)
+                fillers.append((key, path, fill))
+            self.fillers.append(fillers)
+        self.observations: dict[tuple, list] = {key: [] for key in self.keys}
+        self.flags: list = []
+        self.rewards: list = []
+        self.masks: list | None = [] if use_mask else None
+        self.actions: list = []
+
+    def read(self, observations: Mapping) -> None:
+        """Append the agents' observed entries of a step where every agent is present."""
+        rows = [np.empty(shape, dtype) for _, shape, dtype in self.layout]
+        for j, agent in enumerate(self.agents):
+            raw = observations[agent]
+            for index, (_, path, fill) in enumerate(self.fillers[j]):
+                fill(rows[index][j], dig(raw, path) if path else raw)
+        for (key, _, _), row in zip(self.layout, rows):
+            self.observations[key].append(row)
+
+    def append_step_data(self, data: TensorDictBase) -> None:
+        """Append a step (or reset) output built by the wrapper's generic step output."""
+        group = data.get(self.group.name)
+        for key in self.keys:
+            self.observations[key].append(group.get(key).numpy())
+        self.flags.append(torch.cat([group.get("terminated"), group.get("truncated")], -1).tolist())
+        self.rewards.append(group.get("reward").reshape(-1).tolist())
+        if self.masks is not None:
+            self.masks.append(group.get("mask").tolist())
+
+    def restore(self, step: int) -> None:
+        """Hand the wrapper the last observations of step ``step`` (for a later generic step)."""
+        group = self.group
+        for j in range(group.n):
+            group.last[j] = {
+                key: torch.from_numpy(self.observations[key][step][j].copy()) for key in self.keys
+            }
+
+
+def _filler(reader: Any) -> Any:
+    def fill(row: np.ndarray, value: Any) -> None:
+        row[...] = reader(value).numpy()
+
+    return fill
+
+
+def columnar_rollout(
+    env: PettingZooWrapper, max_steps: int, break_when_any_done: bool, set_truncated: bool
+) -> TensorDictBase:
+    """``env.rollout(max_steps)`` with random actions, each column stacked once at the end.
+
+    The caller checks :func:`rollout_blocker` first.
+    """
+    simulator = env._env
+    possible = env.possible_agents
+    everyone = set(possible)
+    n_all = len(possible)
+    use_mask = env.use_mask
+    columns = [_GroupColumns(group, use_mask) for group in env._groups]
+    action_spec = env.full_action_spec
+    draws = []
+    for group, group_columns in zip(env._groups, columns):
+        leaf = action_spec[group.action_key]
+        mask_leaf = leaf if group.masks_actions else None
+        draws.append((group_columns, leaf.rand, group.writers, mask_leaf))
+    return_state = env.return_state
+    state_reader = env.__dict__.get("_state_reader")
+    states: list = []
+    root_flags: list = []  # (done, terminated, truncated) at the root, per step
+    resets = {0: env.reset()}  # the steps whose root is a reset's output, and that output
+    # the last step whose per-agent state (last flags and observations) the wrapper lacks
+    unsynced: int | None = None
+    step = 0
+    for step in range(max_steps):
+        # actions: the same draws as the action spec's rand(), written as the wrapper does
+        acting = simulator.agents
+        wanted = None if len(acting) == n_all else set(acting)
+        actions = {}
+        for group_columns, rand, writers, _ in draws:
+            action = rand()
+            group_columns.actions.append(action)
+            rows = action.numpy()
+            for j, agent in enumerate(group_columns.agents):
+                if wanted is None or agent in wanted:
+                    actions[agent] = writers[j](rows[j])
+        observations, rewards, terminated, truncated, _ = simulator.step(actions)
+        if (
+            everyone <= observations.keys()
+            and everyone <= terminated.keys()
+            and everyone <= truncated.keys()
+        ):
+            any_term = any_trunc = False
+            live = set(simulator.agents) if use_mask else None
+            for group_columns, _, _, mask_leaf in draws:
+                agents = group_columns.agents
+                group_columns.read(observations)
+                flags = [(bool(terminated[agent]), bool(truncated[agent])) for agent in agents]
+                group_columns.flags.append(flags)
+                for term, trunc in flags:
+                    any_term = any_term or term
+                    any_trunc = any_trunc or trunc
+                group_columns.rewards.append([rewards.get(agent, 0.0) for agent in agents])
+                if live is not None:
+                    group_columns.masks.append([agent in live for agent in agents])
+                if mask_leaf is not None:
+                    mask = group_columns.observations[("action_mask",)][-1]
+                    mask_leaf.update_mask(torch.from_numpy(mask.copy()))
+            any_done = any_term or any_trunc
+            root_flags.append((any_done, any_term, any_trunc))
+            if return_state:
+                states.append(state_reader(simulator.state()))
+            unsynced = step
+        else:
+            # an agent is missing from PettingZoo's dicts: the wrapper's generic step output
+            if unsynced is not None:
+                _sync(env, columns, unsynced)
+            env._check_present(observations, terminated, truncated)
+            data = env._output(
+                observations, None, set(simulator.agents), rewards, terminated, truncated
+            )
+            for group_columns in columns:
+                group_columns.append_step_data(data)
+            flags = tuple(bool(data.get(key)) for key in _FLAGS)
+            any_done = flags[0]
+            root_flags.append(flags)
+            if return_state:
+                states.append(data.get("state"))
+            unsynced = None
+        if step == max_steps - 1 or (any_done and break_when_any_done):
+            break
+        if any_done:
+            resets[step + 1] = env.reset()
+            unsynced = None
+    if unsynced is not None:
+        _sync(env, columns, unsynced)
+    return _assemble(env, columns, resets, root_flags, states, step + 1, set_truncated)
+
+
+def _sync(env: PettingZooWrapper, columns: list[_GroupColumns], step: int) -> None:
+    """Give the wrapper the per-agent state a generic step ``step`` would have left."""
+    flags = env._last_flags
+    for group_columns in columns:
+        for agent, pair in zip(group_columns.agents, group_columns.flags[step]):
+            flags[agent] = (bool(pair[0]), bool(pair[1]))
+        group_columns.restore(step)
+
+
+def _roots(column: torch.Tensor, resets: dict, key: tuple) -> torch.Tensor:
+    """Each step's root value: the previous step's next value, or the reset's after a reset."""
+    root = torch.empty_like(column)
+    root[1:] = column[:-1]
+    for step, data in resets.items():
+        if step < len(root):
+            root[step] = data.get(key)
+    return root
+
+
+def _assemble(
+    env: PettingZooWrapper,
+    columns: list[_GroupColumns],
+    resets: dict,
+    root_flags: list,
+    states: list,
+    steps: int,
+    set_truncated: bool,
+) -> TensorDictBase:
+    """The rollout's tensordict, with the keys in the order of the generic loop's result."""
+    batch = torch.Size([steps])
+    device = env.device
+    next_source: dict = {}
+    root_source: dict = {}
+    for group_columns in columns:
+        name = group_columns.group.name
+        n = group_columns.group.n
+        group_batch = torch.Size([steps, n])
+        flags = torch.from_numpy(np.array(group_columns.flags, dtype=bool).reshape(steps, n, 2))
+        entries = {
+            key: torch.from_numpy(np.stack(values))
+            for key, values in group_columns.observations.items()
+        }
+        entries[("terminated",)] = flags[..., 0:1].clone()
+        entries[("truncated",)] = flags[..., 1:2].clone()
+        if set_truncated:
+            entries[("truncated",)][-1] = True
+        entries[("done",)] = entries[("terminated",)] | entries[("truncated",)]
+        roots = {key: _roots(value, resets, (name, *key)) for key, value in entries.items()}
+        entries[("reward",)] = torch.from_numpy(
+            np.array(group_columns.rewards, dtype=np.float32).reshape(steps, n, 1)
+        )
+        if group_columns.masks is not None:
+            mask = torch.tensor(group_columns.masks, dtype=torch.bool).reshape(steps, n)
+            entries[("mask",)] = mask
+            roots[("mask",)] = _roots(mask, resets, (name, "mask"))
+        roots[("action",)] = torch.stack(group_columns.actions)
+        next_source[name] = TensorDict._new_unsafe(
+            nest(entries), batch_size=group_batch, device=device
+        )
+        root_source[name] = TensorDict._new_unsafe(
+            nest(roots), batch_size=group_batch, device=device
+        )
+    flags = torch.tensor(root_flags, dtype=torch.bool).reshape(steps, 3, 1)
+    done, terminated, truncated = flags[:, 0].clone(), flags[:, 1].clone(), flags[:, 2].clone()
+    if set_truncated:
+        truncated[-1] = True
+        done[-1] = True
+    next_source.update(done=done, terminated=terminated, truncated=truncated)
+    root_source.update(
+        done=_roots(done, resets, ("done",)),
+        terminated=_roots(terminated, resets, ("terminated",)),
+        truncated=_roots(truncated, resets, ("truncated",)),
+    )
+    if states:
+        next_source["state"] = torch.stack(states)
+        root_source["state"] = _roots(next_source["state"], resets, ("state",))
+    source = {"next": TensorDict._new_unsafe(next_source, batch_size=batch, device=device)}
+    source.update(root_source)
+    result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
+    result.refine_names("time")
+    return result
