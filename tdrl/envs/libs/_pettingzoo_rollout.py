@@ -24,7 +24,7 @@ from tdrl.data.specs import Composite, NonTensor
 if TYPE_CHECKING:
     from tdrl.envs.libs.pettingzoo import PettingZooWrapper
 
-__all__ = ["columnar_rollout", "dig", "nest", "rollout_blocker"]
+__all__ = ["columnar_rollout", "dig", "nest", "numpy_dtype", "rollout_blocker"]
 
 _FLAGS = ("done", "terminated", "truncated")
 #: wrapper methods whose work the columnar rollout does without calling them: one replaced
@@ -90,10 +90,8 @@ def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
         entry = action_spec[group.name]
         if not isinstance(entry, Composite) or list(entry.keys()) != ["action"]:
             return "action spec changed"
-        for key in group.observation_keys:
-            spec = group.observation_spec[key]
-            if isinstance(spec, (Composite, NonTensor)) or spec.dtype not in _NUMPY_DTYPES:
-                return f"observation {(group.name, *key)} is not a numeric tensor"
+        if group.layout is None:
+            return f"group {group.name!r} has observations that are not numeric tensors"
     own = env.__dict__
     cls = type(env)
     for name in _STEP_METHODS:
@@ -120,6 +118,13 @@ _NUMPY_DTYPES = {
 }
 
 
+def numpy_dtype(spec: Any) -> np.dtype | None:
+    """The numpy dtype of a numeric tensor spec's data, or None for other specs."""
+    if isinstance(spec, (Composite, NonTensor)):
+        return None
+    return _NUMPY_DTYPES.get(spec.dtype)
+
+
 class _GroupColumns:
     """One group's per-step values, kept until the end of the rollout."""
 
@@ -127,20 +132,6 @@ class _GroupColumns:
         self.group = group
         self.agents = group.agents
         self.keys = group.observation_keys
-        # per key: the numpy dtype and row shape of the group's entry
-        self.layout = []
-        for key in self.keys:
-            spec = group.observation_spec[key]
-            self.layout.append((key, tuple(spec.shape), _NUMPY_DTYPES[spec.dtype]))
-        # per agent: (key, path in the raw observation, fill(row, value)) of each entry
-        self.fillers = []
-        for j in range(group.n):
-            fillers = []
-            for key in self.keys:
-                path, reader = group.readers[j][key]
-                fill = group.read_intos[j][key] or _filler(reader)
-                fillers.append((key, path, fill))
-            self.fillers.append(fillers)
         self.observations: dict[tuple, list] = {key: [] for key in self.keys}
         self.flags: list = []
         self.rewards: list = []
@@ -148,17 +139,12 @@ class _GroupColumns:
         self.actions: list = []
 
     def read(self, observations: Mapping) -> None:
-        """Append the agents' observed entries of a step where every agent is present."""
-        rows = [np.empty(shape, dtype) for _, shape, dtype in self.layout]
-        for j, agent in enumerate(self.agents):
-            raw = observations[agent]
-            for index, (_, path, fill) in enumerate(self.fillers[j]):
-                fill(rows[index][j], dig(raw, path) if path else raw)
-        for (key, _, _), row in zip(self.layout, rows):
-            self.observations[key].append(row)
+        """Append the agents' observed entries (the group's own dense reading)."""
+        for key, array in zip(self.keys, self.group.read_arrays(observations, None)):
+            self.observations[key].append(array)
 
     def append_step_data(self, data: TensorDictBase) -> None:
-        """Append a step (or reset) output built by the wrapper's generic step output."""
+        """Append a step output built by the wrapper's generic step output."""
         group = data.get(self.group.name)
         for key in self.keys:
             self.observations[key].append(group.get(key).numpy())
@@ -166,21 +152,6 @@ class _GroupColumns:
         self.rewards.append(group.get("reward").reshape(-1).tolist())
         if self.masks is not None:
             self.masks.append(group.get("mask").tolist())
-
-    def restore(self, step: int) -> None:
-        """Hand the wrapper the last observations of step ``step`` (for a later generic step)."""
-        group = self.group
-        for j in range(group.n):
-            group.last[j] = {
-                key: torch.from_numpy(self.observations[key][step][j].copy()) for key in self.keys
-            }
-
-
-def _filler(reader: Any) -> Any:
-    def fill(row: np.ndarray, value: Any) -> None:
-        row[...] = reader(value).numpy()
-
-    return fill
 
 
 def columnar_rollout(
@@ -276,12 +247,11 @@ def columnar_rollout(
 
 
 def _sync(env: PettingZooWrapper, columns: list[_GroupColumns], step: int) -> None:
-    """Give the wrapper the per-agent state a generic step ``step`` would have left."""
+    """Give the wrapper the agents' last flags, as the generic step ``step`` leaves them."""
     flags = env._last_flags
     for group_columns in columns:
         for agent, pair in zip(group_columns.agents, group_columns.flags[step]):
             flags[agent] = (bool(pair[0]), bool(pair[1]))
-        group_columns.restore(step)
 
 
 def _roots(column: torch.Tensor, resets: dict, key: tuple) -> torch.Tensor:

@@ -42,6 +42,7 @@ from tdrl.envs.libs._pettingzoo_rollout import (
     columnar_rollout,
     dig,
     nest,
+    numpy_dtype,
     rollout_blocker,
 )
 
@@ -255,6 +256,60 @@ class _Group:
             for spec in observation_specs
         ]
         self.last: list[dict] = [{} for _ in agents]
+        self.layout = self._dense_layout()
+        # a copy of the group's last arrays (read_arrays): absent agents keep their rows
+        self.last_arrays: list[np.ndarray] | None = None
+
+    def _dense_layout(self) -> list[tuple[tuple, np.dtype, list]] | None:
+        """The dense reading of the group's observations, or None when it has none.
+
+        Per observed entry: the group's shape, numpy dtype and each agent's way to fill its
+        row; None when an entry is not one numeric tensor for the whole group.
+        """
+        if self.heterogeneous:
+            return None
+        layout = []
+        for key in self.observation_keys:
+            spec = self.observation_spec[key]
+            dtype = numpy_dtype(spec)
+            if dtype is None:
+                return None
+            fills = []
+            for readers, read_intos in zip(self.readers, self.read_intos):
+                path, reader = readers[key]
+                fills.append((path, read_intos[key] or _filler(reader)))
+            layout.append((tuple(spec.shape), dtype, fills))
+        return layout
+
+    def read_arrays(self, observations: Mapping, acting: str | None) -> list[np.ndarray]:
+        """The group's observed entries as arrays (one per key, agents along the first dim).
+
+        Only for groups with a dense layout. Absent agents keep their last rows; in AEC envs
+        the agents not to act get all-True action masks (see :meth:`read_observations`).
+        """
+        arrays = [np.empty(shape, dtype) for shape, dtype, _ in self.layout]
+        last = self.last_arrays
+        for j, agent in enumerate(self.agents):
+            raw = observations.get(agent)
+            if raw is None:
+                if last is None:
+                    raise ValueError(
+                        f"PettingZoo group {self.name!r}: agent {agent!r} has no observation "
+                        f"and none was seen before (observed agents: {sorted(observations)})"
+                    )
+                for array, previous in zip(arrays, last):
+                    array[j] = previous[j]
+                continue
+            for array, (_, _, fills) in zip(arrays, self.layout):
+                path, fill = fills[j]
+                fill(array[j], dig(raw, path) if path else raw)
+        self.last_arrays = [array.copy() for array in arrays]
+        if acting is not None and self.has_action_mask:
+            mask = arrays[self.observation_keys.index(("action_mask",))]
+            for j, agent in enumerate(self.agents):
+                if agent != acting:
+                    mask[j] = True
+        return arrays
 
     def read_observations(self, observations: Mapping, acting: str | None) -> list[dict]:
         """Each agent's observed entries; absent agents keep their last ones.
@@ -292,6 +347,15 @@ class _Group:
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().cpu().numpy()
+
+
+def _filler(reader: Callable[[Any], torch.Tensor]) -> Callable[[np.ndarray, Any], None]:
+    """Fill a numpy row with what ``reader`` reads (for codecs without an in-place reader)."""
+
+    def fill(row: np.ndarray, value: Any) -> None:
+        row[...] = reader(value).numpy()
+
+    return fill
 
 
 def _mask_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
@@ -595,8 +659,13 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         out: dict = {}
         any_done = any_trunc = any_term = False
         all_done = True
+        on_cpu = self.device is None or self.device.type == "cpu"
         for group in self._groups:
-            per_agent = group.read_observations(observations, acting)
+            if group.layout is not None:
+                arrays = group.read_arrays(observations, acting)
+                per_agent = None
+            else:
+                per_agent = group.read_observations(observations, acting)
             flags = np.array(
                 [self._agent_flags(agent, terminated, truncated) for agent in group.agents],
                 dtype=bool,
@@ -621,13 +690,27 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
                 else:
                     mask = [agent == acting for agent in group.agents]
                 dense["mask"] = torch.from_numpy(np.array(mask, dtype=bool))
-            data = group_data(
-                [nest(entries) for entries in per_agent],
-                torch.Size([]),
-                group.heterogeneous,
-                self.device,
-                dense,
-            )
+            if per_agent is None:
+                entries = {
+                    key: torch.from_numpy(array)
+                    for key, array in zip(group.observation_keys, arrays)
+                }
+                entries = nest(entries)
+                entries.update(dense)
+                if on_cpu:
+                    data = TensorDict._new_unsafe(
+                        entries, batch_size=(group.n,), device=self.device
+                    )
+                else:
+                    data = TensorDict(entries, batch_size=(group.n,), device=self.device)
+            else:
+                data = group_data(
+                    [nest(entries) for entries in per_agent],
+                    torch.Size([]),
+                    group.heterogeneous,
+                    self.device,
+                    dense,
+                )
             if group.masks_actions:
                 # random actions (rand_action) then pick legal moves only
                 self.full_action_spec[group.action_key].update_mask(data.get("action_mask"))
@@ -643,6 +726,8 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         out["done"], out["terminated"], out["truncated"] = root[0:1], root[1:2], root[2:3]
         if self.return_state:
             out["state"] = self._state_reader(self._env.state())
+        if on_cpu:
+            return TensorDict._new_unsafe(out, batch_size=(), device=self.device)
         return TensorDict(out, batch_size=(), device=self.device)
 
 
