@@ -224,3 +224,24 @@ def test_rollout_matches_a_replay_on_the_raw_env(policy):
         assert data["next", "done"][step, 0].item() == ended
         if ended:
             observations, _ = raw.reset()
+
+
+def test_rand_action_sets_each_group_with_the_action_spec_draws():
+    from tdrl.envs import EnvBase
+
+    env = PettingZooEnv(
+        "simple_adversary_v3", parallel=True, seed=0, categorical_actions=False, use_mask=True
+    )
+    td = env.reset()
+    torch.manual_seed(3)
+    fast = env.rand_action(td.clone())
+    torch.manual_seed(3)
+    merged = EnvBase.rand_action(env, td.clone())  # the whole spec sampled, then merged
+    _assert_same_data(fast, merged)
+    torch.manual_seed(3)
+    sample = env.full_action_spec.rand()
+    for group in ("adversary", "agent"):
+        assert torch.equal(fast[group, "action"], sample[group, "action"])
+    # an input without the groups gets them with their agent dim
+    partial = env.rand_action(td.exclude("agent"))
+    assert partial["agent"].batch_size == (2,) and partial["agent", "action"].shape == (2, 5)
