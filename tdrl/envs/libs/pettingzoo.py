@@ -657,7 +657,7 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         done with their last flags and keep their last observation.
         """
         out: dict = {}
-        any_done = any_trunc = any_term = False
+        any_trunc = any_term = False
         all_done = True
         on_cpu = self.device is None or self.device.type == "cpu"
         for group in self._groups:
@@ -666,16 +666,13 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
                 per_agent = None
             else:
                 per_agent = group.read_observations(observations, acting)
-            flags = np.array(
-                [self._agent_flags(agent, terminated, truncated) for agent in group.agents],
-                dtype=bool,
-            ).reshape(group.n, 2, 1)
-            term, trunc = flags[:, 0], flags[:, 1]
-            done = term | trunc
-            any_done = any_done or bool(done.any())
-            any_term = any_term or bool(term.any())
-            any_trunc = any_trunc or bool(trunc.any())
-            all_done = all_done and bool(done.all())
+            pairs = [self._agent_flags(agent, terminated, truncated) for agent in group.agents]
+            for agent_term, agent_trunc in pairs:
+                any_term = any_term or agent_term
+                any_trunc = any_trunc or agent_trunc
+                all_done = all_done and (agent_term or agent_trunc)
+            flags = np.array(pairs, dtype=bool).reshape(group.n, 2, 1)
+            done = flags[:, 0] | flags[:, 1]
             dense = {
                 "terminated": torch.from_numpy(flags[:, 0]),
                 "truncated": torch.from_numpy(flags[:, 1]),
@@ -716,7 +713,7 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
                 self.full_action_spec[group.action_key].update_mask(data.get("action_mask"))
             out[group.name] = data
         if self.done_on_any:
-            done, terminated_root, truncated_root = any_done, any_term, any_trunc
+            done, terminated_root, truncated_root = any_term or any_trunc, any_term, any_trunc
         else:
             # the episode ends when every agent is done; it is cut short if any was truncated
             done = all_done
