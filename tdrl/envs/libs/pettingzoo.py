@@ -393,6 +393,11 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
     (they are then masked, done, and keep their last observation); otherwise a ValueError is
     raised.
 
+    On a parallel env, ``rollout(n)`` without a policy keeps its steps in columns (one array per
+    group and entry) rather than one tensordict per step, with the same data as the step loop
+    (same random actions, same resets); AEC envs, heterogeneous groups, ``done_on_any=False``
+    and subclasses that change a step take the step loop.
+
     Args:
         env: the PettingZoo env (``AECEnv`` or ``ParallelEnv``).
         return_state: add the env's global ``"state"`` at the root.
