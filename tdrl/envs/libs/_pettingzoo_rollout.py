@@ -19,12 +19,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdrl.data.specs import Composite, NonTensor
+from tdrl.data.specs import Composite
+from tdrl.envs.libs._pettingzoo_groups import nest
 
 if TYPE_CHECKING:
     from tdrl.envs.libs.pettingzoo import PettingZooWrapper
 
-__all__ = ["columnar_rollout", "dig", "nest", "numpy_dtype", "rollout_blocker"]
+__all__ = ["columnar_rollout", "rollout_blocker"]
 
 _FLAGS = ("done", "terminated", "truncated")
 #: wrapper methods whose work the columnar rollout does without calling them: one replaced
@@ -45,24 +46,6 @@ _STEP_METHODS = (
     "rand_action",
     "_post_step_hooks",
 )
-
-
-def nest(flat: Mapping[tuple, Any]) -> dict:
-    """Nested dicts from a mapping of key tuples, e.g. ``{("a", "b"): 1}`` -> ``{"a": {"b": 1}}``."""
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return out
-
-
-def dig(value: Any, path: tuple) -> Any:
-    """``value[path[0]][path[1]]...``."""
-    for part in path:
-        value = value[part]
-    return value
 
 
 def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
@@ -100,29 +83,6 @@ def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
         if getattr(cls, name) is not getattr(stock, name):
             return f"{cls.__name__}.{name} overrides {stock.__name__}.{name}"
     return None
-
-
-_NUMPY_DTYPES = {
-    dtype: torch.empty((), dtype=dtype).numpy().dtype
-    for dtype in (
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint8,
-        torch.bool,
-    )
-}
-
-
-def numpy_dtype(spec: Any) -> np.dtype | None:
-    """The numpy dtype of a numeric tensor spec's data, or None for other specs."""
-    if isinstance(spec, (Composite, NonTensor)):
-        return None
-    return _NUMPY_DTYPES.get(spec.dtype)
 
 
 class _GroupColumns:
