@@ -201,7 +201,12 @@ class Group:
             fills = []
             for readers, read_intos in zip(self.readers, self.read_intos):
                 path, reader = readers[key]
-                fills.append((path, read_intos[key] or _filler(reader)))
+                read_into = read_intos[key]
+                # an agent's row of a (n,)-shaped entry is a scalar, not a view to write into
+                if read_into is None or len(spec.shape) < 2:
+                    fills.append((path, _filler(reader)))
+                else:
+                    fills.append((path, _row_filler(read_into)))
             layout.append((tuple(spec.shape), dtype, fills))
         return layout
 
@@ -226,7 +231,7 @@ class Group:
                 continue
             for array, (_, _, fills) in zip(arrays, self.layout):
                 path, fill = fills[j]
-                fill(array[j], dig(raw, path) if path else raw)
+                fill(array, j, dig(raw, path) if path else raw)
         self.last_arrays = [array.copy() for array in arrays]
         if acting is not None and self.has_action_mask:
             mask = arrays[self.observation_keys.index(("action_mask",))]
@@ -273,11 +278,22 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().cpu().numpy()
 
 
-def _filler(reader: Callable[[Any], torch.Tensor]) -> Callable[[np.ndarray, Any], None]:
-    """Fill a numpy row with what ``reader`` reads (for codecs without an in-place reader)."""
+def _filler(reader: Callable[[Any], torch.Tensor]) -> Callable[[np.ndarray, int, Any], None]:
+    """Write what ``reader`` reads as row ``j`` of a group's array."""
 
-    def fill(row: np.ndarray, value: Any) -> None:
-        row[...] = reader(value).numpy()
+    def fill(array: np.ndarray, j: int, value: Any) -> None:
+        array[j] = reader(value).numpy()
+
+    return fill
+
+
+def _row_filler(
+    read_into: Callable[[np.ndarray, Any], None],
+) -> Callable[[np.ndarray, int, Any], None]:
+    """Write a value as row ``j`` of a group's array with a codec's in-place reader."""
+
+    def fill(array: np.ndarray, j: int, value: Any) -> None:
+        read_into(array[j], value)
 
     return fill
 

@@ -6,8 +6,11 @@ generic loop (the same random actions given as a policy) on seeded envs and torc
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
+from pettingzoo.utils.env import ParallelEnv as PZParallelEnv
 from tensordict import TensorDictBase
 
 from tdrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
@@ -245,3 +248,58 @@ def test_rand_action_sets_each_group_with_the_action_spec_draws():
     # an input without the groups gets them with their agent dim
     partial = env.rand_action(td.exclude("agent"))
     assert partial["agent"].batch_size == (2,) and partial["agent", "action"].shape == (2, 5)
+
+
+class CountingAgents(PZParallelEnv):
+    """Two agents observing a dict of a step count (Discrete) and a float32 pair (given as
+    float64 arrays); episodes of 3 steps end truncated."""
+
+    metadata = {"name": "counting_agents_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["b_0", "b_1"]
+        self.agents = list(self.possible_agents)
+        self._obs = spaces.Dict(
+            {"count": spaces.Discrete(10), "pos": spaces.Box(-5.0, 5.0, (2,), np.float32)}
+        )
+        self.t = 0
+
+    def observation_space(self, agent):
+        return self._obs
+
+    def action_space(self, agent):
+        return spaces.Discrete(4)
+
+    def _observe(self, agent, actions):
+        index = self.possible_agents.index(agent)
+        return {"count": self.t, "pos": np.array([index + 0.1, actions.get(agent, 0) / 3])}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return {a: self._observe(a, {}) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        obs = {a: self._observe(a, actions) for a in self.agents}
+        ended = {a: self.t >= 3 for a in self.agents}
+        rewards = {a: float(actions[a]) / 7 for a in self.agents}
+        if self.t >= 3:
+            self.agents = []
+        return obs, rewards, {a: False for a in obs}, ended, {a: {} for a in obs}
+
+
+def test_dict_observations_with_discrete_entries():
+    def make():
+        return PettingZooWrapper(CountingAgents())
+
+    fast, generic, *_ = _both(make, 8, break_when_any_done=False)
+    _assert_same_data(fast, generic)
+    # a Discrete observation is read one-hot
+    count = fast["next", "b", "observation", "count"]
+    assert count.shape == (8, 2, 10)
+    assert count[:, 0].argmax(-1).tolist() == [1, 2, 3, 1, 2, 3, 1, 2]
+    pos = fast["next", "b", "observation", "pos"]
+    assert pos.dtype == torch.float32
+    assert torch.equal(pos[..., 1], (fast["b", "action"].double() / 3).float())
+    assert fast["next", "truncated"].squeeze(-1).tolist() == [False, False, True] * 2 + [False] * 2
