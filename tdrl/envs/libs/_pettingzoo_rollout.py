@@ -203,6 +203,8 @@ def columnar_rollout(
             unsynced = None
     if unsynced is not None:
         _sync(env, columns, unsynced)
+    # as the step loop: only a rollout that runs its max_steps marks its last step truncated
+    set_truncated = set_truncated and step == max_steps - 1
     return _assemble(env, columns, resets, root_flags, states, step + 1, set_truncated)
 
 

@@ -83,6 +83,17 @@ def test_stops_at_the_first_end_and_marks_truncation():
     _assert_same_data(fast, generic)
 
 
+def test_set_truncated_leaves_a_rollout_that_stopped_early_alone():
+    def make():
+        return PettingZooWrapper(FadingAgents(leave_at=2, length=5), use_mask=True)
+
+    fast, generic, *_ = _both(make, 10, set_truncated=True)
+    assert fast.batch_size == (2,)
+    assert not fast["next", "truncated"].any()
+    assert fast["next", "a", "terminated"][-1].squeeze(-1).tolist() == [True, False, False]
+    _assert_same_data(fast, generic)
+
+
 def test_the_envs_continue_alike_after_a_rollout():
     def make():
         return PettingZooEnv("simple_spread_v3", parallel=True, N=2, seed=2, max_cycles=4)
