@@ -32,6 +32,7 @@ def _assert_same_data(fast: TensorDictBase, generic: TensorDictBase) -> None:
     for key in generic.keys(True):
         if isinstance(generic.get(key), TensorDictBase):
             assert fast.get(key).batch_size == generic.get(key).batch_size, key
+            assert fast.get(key).names == generic.get(key).names, key
 
 
 def _both(make, steps: int, torch_seed: int = 1, **rollout_kwargs):
