@@ -49,7 +49,7 @@ _STEP_METHODS = (
 
 
 def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
-    """Why ``env``'s random rollouts must take the generic loop, or None when they may not.
+    """Why ``env``'s random rollouts must take the generic loop; None when they need not.
 
     ``stock`` is the class whose step the columnar rollout stands for.
     """
