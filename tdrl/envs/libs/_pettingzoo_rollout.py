@@ -138,7 +138,7 @@ def columnar_rollout(
     states: list = []
     root_flags: list = []  # (done, terminated, truncated) at the root, per step
     resets = {0: env.reset()}  # the steps whose root is a reset's output, and that output
-    # the last step whose per-agent state (last flags and observations) the wrapper lacks
+    # the last step whose agent flags the wrapper has not recorded (see _sync)
     unsynced: int | None = None
     step = 0
     for step in range(max_steps):
