@@ -208,13 +208,53 @@ class BackendModule:
 
 class GroupedRandAction:
     """Mixin: ``rand_action()`` with no input samples the full action spec, so the groups'
-    nested tensordicts get their agent dim (``[num_envs, n_agents]``, not ``[num_envs]``)."""
+    nested tensordicts get their agent dim (``[num_envs, n_agents]``, not ``[num_envs]``).
+
+    With an input holding every group's tensordict, each action leaf is drawn and set in its
+    group directly: the same draws, in the same order, as sampling the whole action spec and
+    merging the sample, without building the sample's tensordicts.
+    """
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write a random action (sampled from the action spec) in ``tensordict`` and return it."""
         if tensordict is None:
             return self.full_action_spec.rand()
+        if self._batch_locked:
+            leaves = self._group_action_leaves()
+            if leaves is not None:
+                groups = []
+                for name, batch_size, _ in leaves:
+                    group = tensordict.get(name, None)
+                    if type(group) is not TensorDict or group.batch_size != batch_size:
+                        break
+                    groups.append(group)
+                else:
+                    for group, (_, _, entries) in zip(groups, leaves):
+                        for key, leaf in entries:
+                            group.set(key, leaf.rand())
+                    return tensordict
         return super().rand_action(tensordict)
+
+    def _group_action_leaves(self) -> list | None:
+        """``(group, batch size, ((key, leaf spec), ...))`` in the action spec's order, or None
+        when the action spec is not one level of groups holding leaves (cached with the specs).
+        """
+        derived = self._cache.derived
+        if "group_action_leaves" not in derived:
+            leaves: list | None = []
+            for name, group in self.full_action_spec.items():
+                if group is None:
+                    continue
+                if not isinstance(group, Composite) or group.data_cls is not None:
+                    leaves = None
+                    break
+                entries = tuple((key, leaf) for key, leaf in group.items() if leaf is not None)
+                if any(isinstance(leaf, Composite) for _, leaf in entries):
+                    leaves = None
+                    break
+                leaves.append((name, group.shape, entries))
+            derived["group_action_leaves"] = leaves
+        return derived["group_action_leaves"]
 
 
 def check_action_shape(

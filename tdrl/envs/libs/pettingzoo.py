@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -26,18 +26,17 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Categorical, Composite, TensorSpec, Unbounded
 from tdrl.envs.gym_like import _EnvWrapper
-from tdrl.envs.libs._gym_spaces import is_dict_space, make_space_codec
+from tdrl.envs.libs._gym_spaces import make_space_codec
 from tdrl.envs.libs._marl import (
-    ACTION_ERROR,
     BackendModule,
     GroupedRandAction,
-    check_action_shape,
     check_wrapped_env,
     group_by_name_prefix,
     group_data,
-    group_spec,
     resolve_group_map,
 )
+from tdrl.envs.libs._pettingzoo_groups import Group, nest
+from tdrl.envs.libs._pettingzoo_rollout import columnar_rollout, rollout_blocker
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
@@ -133,186 +132,6 @@ def default_pettingzoo_group_map(agent_names: list[str]) -> dict[str, list[str]]
     return group_by_name_prefix(agent_names)
 
 
-# ------------------------------------------------------------------------ observations
-def _leaf_paths(space: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
-    if is_dict_space(space):
-        out = []
-        for key, sub in space.spaces.items():
-            out.extend(_leaf_paths(sub, (*path, str(key))))
-        return out
-    return [(path, space)]
-
-
-def _observation_layout(space: Any) -> list[tuple[tuple, tuple, Any]]:
-    """``(key in the group, path in the raw observation, leaf space)`` of each observed entry.
-
-    A dict observation with an ``"observation"`` entry (PettingZoo's classic games) gives its
-    entries directly (``"observation"``, ``"action_mask"``, ...); another dict observation goes
-    under ``"observation"``; any other space is ``"observation"``.
-    """
-    if is_dict_space(space) and "observation" in space.spaces:
-        return [(path, path, leaf) for path, leaf in _leaf_paths(space)]
-    return [(("observation", *path), path, leaf) for path, leaf in _leaf_paths(space)]
-
-
-def _nest(flat: Mapping[tuple, Any]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return out
-
-
-def _dig(value: Any, path: tuple) -> Any:
-    for part in path:
-        value = value[part]
-    return value
-
-
-# --------------------------------------------------------------------------- actions
-def _action_writer(
-    space: Any, categorical: bool, key: tuple, agent: str, owner: str
-) -> Callable[[np.ndarray], Any]:
-    """How an agent's row of the group's action (numpy) becomes what PettingZoo's ``step`` takes.
-
-    Discrete actions are checked against the space (a ValueError names the key and agent);
-    array actions are copied, so that an env editing its action in place leaves the data intact.
-    """
-    if type(space).__name__ == "Discrete":
-        n, start = int(space.n), int(getattr(space, "start", 0))
-
-        def check(index: int) -> int:
-            if not 0 <= index < n:
-                raise ValueError(
-                    ACTION_ERROR.format(
-                        env=owner,
-                        key=key,
-                        expected=f"an action in [0, {n}) for agent {agent!r}",
-                        got=index,
-                    )
-                )
-            return index + start
-
-        if categorical:
-            return lambda value: check(int(value))
-        return lambda value: check(int(value.argmax()))
-    codec = make_space_codec(space, (), categorical)
-    write_numpy = codec.write_numpy
-    if write_numpy is not None:
-        return lambda row: write_numpy(np.array(row))
-    return lambda row: codec.write(torch.from_numpy(np.array(row)))
-
-
-class _Group:
-    """One group's layout and the per-agent conversions of its data."""
-
-    def __init__(
-        self, name: str, agents: list[str], env: Any, categorical: bool, owner: str
-    ) -> None:
-        self.name = name
-        self.agents = agents
-        self.n = len(agents)
-        self.action_key = (name, "action")
-        self.writers = []
-        self.readers = []
-        action_specs, observation_specs = [], []
-        for agent in agents:
-            action_space = env.action_space(agent)
-            action_specs.append(
-                Composite(action=make_space_codec(action_space, (), categorical).spec)
-            )
-            self.writers.append(
-                _action_writer(action_space, categorical, self.action_key, agent, owner)
-            )
-            layout = _observation_layout(env.observation_space(agent))
-            readers = {}
-            entries = {}
-            for key, path, leaf in layout:
-                codec = make_space_codec(leaf, (), False)
-                spec = codec.spec
-                if key == ("action_mask",):
-                    spec = Categorical(2, spec.shape, dtype=torch.bool)
-                    reader = _mask_reader(codec.read)
-                else:
-                    reader = _contiguous_reader(codec.read)
-                readers[key] = (path, reader)
-                entries[key] = spec
-            self.readers.append(readers)
-            observation_specs.append(Composite(_nest(entries)))
-        self.action_spec, het_action = group_spec(action_specs, 0)
-        self.observation_spec, het_observation = group_spec(observation_specs, 0)
-        self.heterogeneous = het_action or het_observation
-        self.action_shape = None if het_action else self.action_spec["action"].shape
-        self.has_action_mask = all(("action_mask",) in readers for readers in self.readers)
-        # a dense discrete action spec whose mask has the action mask's shape
-        action = None if het_action else self.action_spec["action"]
-        self.masks_actions = bool(
-            self.has_action_mask
-            and not self.heterogeneous
-            and hasattr(action, "update_mask")
-            and tuple(self.observation_spec["action_mask"].shape) == (self.n, action.n)
-        )
-        self.mask_shapes = [
-            spec["action_mask"].shape if self.has_action_mask else None
-            for spec in observation_specs
-        ]
-        self.last: list[dict] = [{} for _ in agents]
-
-    def read_observations(self, observations: Mapping, acting: str | None) -> list[dict]:
-        """Each agent's observed entries; absent agents keep their last ones.
-
-        ``acting`` (AEC envs) is the agent to act next: the action masks of the others are
-        all True, as they cannot act.
-        """
-        out = []
-        for j, agent in enumerate(self.agents):
-            raw = observations.get(agent)
-            if raw is None:
-                entries = self.last[j]
-            else:
-                entries = {
-                    key: reader(_dig(raw, path)) for key, (path, reader) in self.readers[j].items()
-                }
-                # a copy: the tensors may view arrays the env edits after the agent has left
-                self.last[j] = {key: value.clone() for key, value in entries.items()}
-            if acting is not None and self.has_action_mask and agent != acting:
-                entries = dict(entries)
-                entries[("action_mask",)] = torch.ones(self.mask_shapes[j], dtype=torch.bool)
-            out.append(entries)
-        return out
-
-    def actions(self, tensordict: TensorDictBase, owner: str) -> Any:
-        """The rows of the group's action (numpy), one per agent."""
-        if self.heterogeneous:
-            agents = tensordict.get(self.name).unbind(0)
-            return [_numpy(td.get("action")) for td in agents]
-        action = check_action_shape(
-            owner, self.action_key, tensordict.get(self.action_key, None), self.action_shape
-        )
-        return _numpy(action)
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy()
-
-
-def _mask_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
-    return lambda value: read(value).to(torch.bool)
-
-
-def _contiguous_reader(read: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
-    """``read`` of a copy of the arrays torch cannot view (e.g. flipped, negative strides)."""
-
-    def contiguous_read(value: Any) -> torch.Tensor:
-        if type(value) is np.ndarray and not value.flags.c_contiguous:
-            value = np.ascontiguousarray(value)
-        return read(value)
-
-    return contiguous_read
-
-
 class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
     """Wraps a PettingZoo env (parallel or AEC) as a multi-agent tdrl env (batch size ``[]``).
 
@@ -332,6 +151,11 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
     parallel envs, agents that leave the env before the episode ends need ``use_mask=True``
     (they are then masked, done, and keep their last observation); otherwise a ValueError is
     raised.
+
+    On a parallel env, ``rollout(n)`` without a policy keeps its steps in columns (one array per
+    group and entry) rather than one tensordict per step, with the same data as the step loop
+    (same random actions, same resets); AEC envs, heterogeneous groups, ``done_on_any=False``
+    and subclasses that change a step take the step loop.
 
     Args:
         env: the PettingZoo env (``AECEnv`` or ``ParallelEnv``).
@@ -428,7 +252,7 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
             name,
         )
         self._groups = [
-            _Group(group, agents, env, self.categorical_actions, name)
+            Group(group, agents, env, self.categorical_actions, name)
             for group, agents in self.group_map.items()
         ]
         self.has_action_mask = {group.name: group.has_action_mask for group in self._groups}
@@ -521,14 +345,32 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         env = self._env
         actions = self._agent_actions(tensordict, set(env.agents))
         observations, rewards, terminated, truncated, _ = env.step(actions)
+        self._check_present(observations, terminated, truncated)
+        # the agents that act at the next step (those that just ended are masked already)
+        live = set(env.agents)
+        return self._output(observations, None, live, rewards, terminated, truncated)
+
+    def _check_present(
+        self, observations: Mapping, terminated: Mapping, truncated: Mapping
+    ) -> None:
+        """Without ``use_mask``, agents may leave a parallel env only as the episode ends."""
         present = set(observations)
         if not self.use_mask and len(present) < len(self.possible_agents):
             if not all(terminated.get(a, False) or truncated.get(a, False) for a in present):
                 dead = sorted(set(self.possible_agents) - present)
                 raise ValueError(_DEAD_AGENTS.format(owner=type(self).__name__, agents=dead))
-        # the agents that act at the next step (those that just ended are masked already)
-        live = set(env.agents)
-        return self._output(observations, None, live, rewards, terminated, truncated)
+
+    def _random_rollout(
+        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
+    ) -> TensorDictBase | None:
+        """Random-action rollouts of parallel envs kept in columns (same data, fewer objects).
+
+        None (the generic loop) for AEC envs and the other cases :func:`rollout_blocker`
+        names.
+        """
+        if rollout_blocker(self, PettingZooWrapper) is not None:
+            return None
+        return columnar_rollout(self, max_steps, break_when_any_done, set_truncated)
 
     def _step_aec(self, tensordict: TensorDictBase) -> TensorDictBase:
         env = self._env
@@ -579,20 +421,22 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         done with their last flags and keep their last observation.
         """
         out: dict = {}
-        any_done = any_trunc = any_term = False
+        any_trunc = any_term = False
         all_done = True
+        on_cpu = self.device is None or self.device.type == "cpu"
         for group in self._groups:
-            per_agent = group.read_observations(observations, acting)
-            flags = np.array(
-                [self._agent_flags(agent, terminated, truncated) for agent in group.agents],
-                dtype=bool,
-            ).reshape(group.n, 2, 1)
-            term, trunc = flags[:, 0], flags[:, 1]
-            done = term | trunc
-            any_done = any_done or bool(done.any())
-            any_term = any_term or bool(term.any())
-            any_trunc = any_trunc or bool(trunc.any())
-            all_done = all_done and bool(done.all())
+            if group.layout is not None:
+                arrays = group.read_arrays(observations, acting)
+                per_agent = None
+            else:
+                per_agent = group.read_observations(observations, acting)
+            pairs = [self._agent_flags(agent, terminated, truncated) for agent in group.agents]
+            for agent_term, agent_trunc in pairs:
+                any_term = any_term or agent_term
+                any_trunc = any_trunc or agent_trunc
+                all_done = all_done and (agent_term or agent_trunc)
+            flags = np.array(pairs, dtype=bool).reshape(group.n, 2, 1)
+            done = flags[:, 0] | flags[:, 1]
             dense = {
                 "terminated": torch.from_numpy(flags[:, 0]),
                 "truncated": torch.from_numpy(flags[:, 1]),
@@ -607,19 +451,33 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
                 else:
                     mask = [agent == acting for agent in group.agents]
                 dense["mask"] = torch.from_numpy(np.array(mask, dtype=bool))
-            data = group_data(
-                [_nest(entries) for entries in per_agent],
-                torch.Size([]),
-                group.heterogeneous,
-                self.device,
-                dense,
-            )
+            if per_agent is None:
+                entries = {
+                    key: torch.from_numpy(array)
+                    for key, array in zip(group.observation_keys, arrays)
+                }
+                entries = nest(entries)
+                entries.update(dense)
+                if on_cpu:
+                    data = TensorDict._new_unsafe(
+                        entries, batch_size=(group.n,), device=self.device
+                    )
+                else:
+                    data = TensorDict(entries, batch_size=(group.n,), device=self.device)
+            else:
+                data = group_data(
+                    [nest(entries) for entries in per_agent],
+                    torch.Size([]),
+                    group.heterogeneous,
+                    self.device,
+                    dense,
+                )
             if group.masks_actions:
                 # random actions (rand_action) then pick legal moves only
                 self.full_action_spec[group.action_key].update_mask(data.get("action_mask"))
             out[group.name] = data
         if self.done_on_any:
-            done, terminated_root, truncated_root = any_done, any_term, any_trunc
+            done, terminated_root, truncated_root = any_term or any_trunc, any_term, any_trunc
         else:
             # the episode ends when every agent is done; it is cut short if any was truncated
             done = all_done
@@ -629,6 +487,8 @@ class PettingZooWrapper(GroupedRandAction, _EnvWrapper):
         out["done"], out["terminated"], out["truncated"] = root[0:1], root[1:2], root[2:3]
         if self.return_state:
             out["state"] = self._state_reader(self._env.state())
+        if on_cpu:
+            return TensorDict._new_unsafe(out, batch_size=(), device=self.device)
         return TensorDict(out, batch_size=(), device=self.device)
 
 
