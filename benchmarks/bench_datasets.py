@@ -10,6 +10,10 @@ written once. Figures, medians over alternating rounds:
 - ``sample``: ``sample()`` of the built dataset with a ``SliceSampler`` (``cache_values=True``)
   vs a bare ``index_select`` of the same stored tensors at as many random runs of as many
   rows, for batches of 8 slices of 32 steps and of 32 slices of 32 steps (target: at most 2x).
+  The runs are drawn anew for every call of the baseline, as ``sample()`` draws them: a few
+  index sets cycled would keep their rows in the CPU caches while ``sample()`` reads rows
+  from memory. That cache-warm gather (64 index sets cycled) is printed for reference.
+  Sampling figures are process CPU time (the machine may be shared), wall time beside.
 
 Usage: ``python benchmarks/bench_datasets.py [--quick]``; prints a table and one JSON line.
 """
@@ -77,26 +81,31 @@ def bench_load(root: Path, raw: Path, rounds: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(base)
 
 
-def per_call_us(fn, calls: int) -> float:
-    start = time.perf_counter()
+def per_call_us(fn, calls: int) -> tuple[float, float]:
+    """Microseconds per call of ``fn``: process CPU time and wall time."""
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls * 1e6
+    return (time.process_time() - cpu) / calls * 1e6, (time.perf_counter() - wall) / calls * 1e6
 
 
 def bench_sample(
     data: D4RLExperienceReplay, num_slices: int, calls: int, rounds: int
-) -> tuple[float, float]:
+) -> dict[str, tuple[float, float]]:
+    """Median (CPU, wall) microseconds per call of ``sample()`` and of the two gathers."""
     stored = data.storage.get(slice(None))  # views of the memory-mapped tensors
     leaves = [stored.get(key) for key in stored.keys(True, True)]
     length = len(data)
-    pool = [
-        (torch.randint(length - SLICE_LEN, (num_slices, 1)) + torch.arange(SLICE_LEN)).reshape(-1)
-        for _ in range(64)
-    ]
-    state = {"i": 0}
+    offsets = torch.arange(SLICE_LEN)
+
+    def runs(count: int) -> list[torch.Tensor]:
+        starts = torch.randint(length - SLICE_LEN, (count, num_slices, 1))
+        return list((starts + offsets).reshape(count, -1))
+
+    state = {"i": 0, "pool": runs(calls)}
 
     def bare() -> list:
+        pool = state["pool"]
         state["i"] = (state["i"] + 1) % len(pool)
         index = pool[state["i"]]
         return [leaf.index_select(0, index) for leaf in leaves]
@@ -106,11 +115,19 @@ def bench_sample(
 
     ours()
     bare()
-    ours_t, base_t = [], []
+    ours_t, fresh_t, warm_t = [], [], []
     for _ in range(rounds):
         ours_t.append(per_call_us(ours, calls))
-        base_t.append(per_call_us(bare, calls))
-    return statistics.median(ours_t), statistics.median(base_t)
+        # one new set of runs per call, as sample() reads: rows no earlier call of the round read
+        state["pool"] = runs(calls)
+        fresh_t.append(per_call_us(bare, calls))
+        # 64 sets cycled: their rows stay in the CPU caches (for reference only)
+        state["pool"] = runs(64)
+        warm_t.append(per_call_us(bare, calls))
+    return {
+        name: (statistics.median(t[0] for t in times), statistics.median(t[1] for t in times))
+        for name, times in (("sample", ours_t), ("fresh", fresh_t), ("warm", warm_t))
+    }
 
 
 def main() -> None:
@@ -136,14 +153,23 @@ def main() -> None:
                 download=False,
                 sampler=SliceSampler(slice_len=SLICE_LEN, cache_values=True),
             )
-            ours, base = bench_sample(data, num_slices, calls, rounds)
-            samples[num_slices] = (ours, base)
+            figures = bench_sample(data, num_slices, calls, rounds)
+            samples[num_slices] = figures
+            shape = f"{num_slices}x{SLICE_LEN}"
+            (ours, ours_wall), (base, base_wall), (warm, _) = (
+                figures["sample"],
+                figures["fresh"],
+                figures["warm"],
+            )
             results.update(
                 {
-                    f"sample_{num_slices}x{SLICE_LEN}_us": ours,
-                    f"gather_{num_slices}x{SLICE_LEN}_us": base,
-                    f"sample_{num_slices}x{SLICE_LEN}_ratio": ours / base,
-                    f"sample_{num_slices}x{SLICE_LEN}_target": 2.0,
+                    f"sample_{shape}_us": ours,
+                    f"gather_{shape}_us": base,
+                    f"sample_{shape}_ratio": ours / base,
+                    f"sample_{shape}_target": 2.0,
+                    f"sample_{shape}_wall_ratio": ours_wall / base_wall,
+                    f"gather_warm_{shape}_us": warm,
+                    f"sample_{shape}_warm_ratio": ours / warm,
                 }
             )
             del data
@@ -152,9 +178,18 @@ def main() -> None:
         f"{f'build from HDF5 ({n} steps), s':34s} {build:10.3f} {read:10.3f} "
         f"{results['load_ratio']:7.2f} {'<= 1.5':>7s}"
     )
-    for num_slices, (ours, base) in samples.items():
-        name = f"slice sample ({num_slices}x{SLICE_LEN}), us"
+    for num_slices, figures in samples.items():
+        (ours, ours_wall), (base, base_wall), (warm, _) = (
+            figures["sample"],
+            figures["fresh"],
+            figures["warm"],
+        )
+        name = f"slice sample ({num_slices}x{SLICE_LEN}), CPU us"
         print(f"{name:34s} {ours:10.1f} {base:10.1f} {ours / base:7.2f} {'<= 2':>7s}")
+        name = "  the same, wall us"
+        print(f"{name:34s} {ours_wall:10.1f} {base_wall:10.1f} {ours_wall / base_wall:7.2f}")
+        name = "  vs a cache-warm gather, CPU us"
+        print(f"{name:34s} {ours:10.1f} {warm:10.1f} {ours / warm:7.2f} {'(info)':>7s}")
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()}))
 
 

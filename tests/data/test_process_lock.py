@@ -7,6 +7,8 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -152,3 +154,71 @@ def test_lock_timeout_is_validated_and_survives_copies():
     assert copy.deepcopy(writer).lock_timeout == 7.5
     writer.lock_timeout = None
     assert writer.lock_timeout is None
+
+
+# -- the record lock is taken only once another process may use the lock -----------------------------
+_RECORD_LOCK_HELPERS = r"""
+import os, pickle, sys
+from tdrl.data.replay_buffers.process_lock import ProcessLock
+
+def record_locked(lock):
+    # this process's POSIX locks on the lock file, as the kernel lists them
+    inode = str(os.stat(lock.path).st_ino)
+    with open("/proc/locks") as f:
+        rows = [line.split() for line in f if "->" not in line]
+    return any(row[4] == str(os.getpid()) and row[5].split(":")[-1] == inode for row in rows)
+"""
+
+_FORK_SCRIPT = r"""
+lock = ProcessLock("test lock", timeout=5)
+with lock:
+    assert not record_locked(lock), "record lock taken before any other process exists"
+lock.acquire()
+parent = os.getpid()
+read, write = os.pipe()
+child = os.fork()
+if child == 0:
+    # the lock was held across the fork: the parent holds the record lock, the child waits
+    os.write(write, str(lock.holder_pid()).encode())
+    with lock:
+        os.write(write, b" taken")
+    os._exit(0)
+assert record_locked(lock), "a lock held across a fork must get its record lock"
+holder = os.read(read, 64).decode()
+assert holder == str(parent), holder
+lock.release()
+assert not record_locked(lock)
+assert os.read(read, 64) == b" taken"
+os.waitpid(child, 0)
+other = ProcessLock("second lock")
+with other:
+    assert record_locked(other), "after a fork every lock takes its record lock"
+print("ok")
+"""
+
+_PICKLE_SCRIPT = r"""
+lock = ProcessLock("test lock")
+lock.acquire()
+assert not record_locked(lock)
+pickle.dumps(lock)  # the copy may go to a spawned process
+assert record_locked(lock), "a lock held while pickled must get its record lock"
+lock.release()
+assert not record_locked(lock)
+with lock:
+    assert record_locked(lock)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads the kernel's lock table")
+@pytest.mark.parametrize("script", [_FORK_SCRIPT, _PICKLE_SCRIPT], ids=["fork", "pickle"])
+def test_record_lock_only_once_shared_with_another_process(script):
+    # a fresh interpreter: the test process itself has forked long ago
+    result = subprocess.run(
+        [sys.executable, "-c", _RECORD_LOCK_HELPERS + script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

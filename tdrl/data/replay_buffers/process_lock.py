@@ -30,19 +30,77 @@ class LockTimeoutError(TimeoutError):
 # object naming that file: POSIX record locks belong to the process, and closing any descriptor
 # of the file would drop them, so a descriptor is closed only with the file.
 class _Handles:
-    """What one process holds of one lock file."""
+    """What one process holds of one lock file.
 
-    __slots__ = ("fd", "held", "pid", "thread_lock")
+    ``held``: a thread of this process holds the lock; ``os_held``: this process also holds
+    the record lock. Both change under ``state_lock`` so that a fork never sees a lock held
+    without its record lock once other processes may take it.
+    """
+
+    __slots__ = ("fd", "held", "os_held", "pid", "state_lock", "thread_lock")
 
     def __init__(self, path: str) -> None:
         self.pid = os.getpid()
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         self.thread_lock = threading.Lock()
+        self.state_lock = threading.Lock()
         self.held = False
+        self.os_held = False
 
 
 _PER_PROCESS: dict[str, _Handles] = {}
 _PER_PROCESS_GUARD = threading.Lock()
+
+# Whether another process may take this process's locks: set for good when the process forks
+# or is forked, or pickles or unpickles a lock (what spawned children receive). Until then the
+# thread lock alone excludes the writers, and the record lock (a system call per acquire and
+# per release) is not taken.
+_SHARED = False
+
+
+def _share_held_locks() -> None:
+    """Take the record lock of every lock a thread of this process holds without it."""
+    pid = os.getpid()
+    for handles in _PER_PROCESS.values():
+        if handles.pid != pid:
+            continue
+        with handles.state_lock:
+            if handles.held and not handles.os_held:
+                # no other process can hold it: none could reach the lock until now
+                fcntl.lockf(handles.fd, fcntl.LOCK_EX)
+                handles.os_held = True
+
+
+def _share_with_other_processes() -> None:
+    """From now on take the record locks too (another process may use these locks)."""
+    global _SHARED
+    if _SHARED:
+        return
+    with _PER_PROCESS_GUARD:
+        _SHARED = True
+        _share_held_locks()
+
+
+def _before_fork() -> None:
+    global _SHARED
+    _PER_PROCESS_GUARD.acquire()  # held across the fork: the child gets a consistent table
+    if not _SHARED:
+        _SHARED = True
+        _share_held_locks()
+
+
+def _after_fork_in_parent() -> None:
+    _PER_PROCESS_GUARD.release()
+
+
+def _after_fork_in_child() -> None:
+    global _PER_PROCESS_GUARD
+    _PER_PROCESS_GUARD = threading.Lock()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 def _process_handles(path: str) -> _Handles:
@@ -74,6 +132,11 @@ class ProcessLock:
     however it exits (a SIGKILL inside ``extend`` included), so the other writers go on instead
     of waiting forever. Inside one process a thread lock serializes the threads. The lock
     travels to forked, spawned and forkserver children (pickled as the file's path).
+
+    The record lock costs a system call per acquire and per release, so a process takes it
+    only once another process may use its locks: from its first fork (in the parent and the
+    child), or once it pickles or unpickles a lock; a lock held at that moment gets its
+    record lock at once. Before that the thread lock alone is taken.
 
     Args:
         name: what the lock protects, used in error messages.
@@ -122,6 +185,10 @@ class ProcessLock:
         if not thread_lock.acquire(False):
             if not thread_lock.acquire(timeout=-1 if timeout is None else timeout):
                 self._raise_timeout(timeout, os.getpid())
+        with handles.state_lock:
+            if not _SHARED:  # no other process can take it: the thread lock is enough
+                handles.held = True
+                return True
         try:
             try:  # the common case, uncontended: one system call
                 fcntl.lockf(handles.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -135,7 +202,8 @@ class ProcessLock:
         except BaseException:
             thread_lock.release()
             raise
-        handles.held = True
+        with handles.state_lock:
+            handles.held = handles.os_held = True
         return True
 
     def _lock_until(self, fd: int, deadline: float, timeout: float) -> None:
@@ -161,10 +229,13 @@ class ProcessLock:
     def release(self) -> None:
         """Give the lock back."""
         handles = self._here()
-        if not handles.held:
-            raise RuntimeError(f"release of the {self.name}, which this process does not hold")
-        handles.held = False
-        fcntl.lockf(handles.fd, fcntl.LOCK_UN)
+        with handles.state_lock:
+            if not handles.held:
+                raise RuntimeError(f"release of the {self.name}, which this process does not hold")
+            handles.held = False
+            if handles.os_held:
+                handles.os_held = False
+                fcntl.lockf(handles.fd, fcntl.LOCK_UN)
         handles.thread_lock.release()
 
     def holder_pid(self) -> int | None:
@@ -186,9 +257,11 @@ class ProcessLock:
         self.release()
 
     def __getstate__(self) -> dict[str, Any]:
+        _share_with_other_processes()  # the copy may go to another process
         return {"path": self._path, "name": self.name, "timeout": self.timeout}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        _share_with_other_processes()
         self._path = state["path"]
         self.name = state["name"]
         self.timeout = state["timeout"]

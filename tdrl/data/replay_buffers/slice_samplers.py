@@ -10,8 +10,9 @@ start offsets and one broadcast ``arange`` for the indices.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -51,6 +52,20 @@ def _stored_td(storage: Any) -> TensorDictBase | None:
     if td is None or getattr(storage, "_kind", None) != "tensordict":
         return None
     return td
+
+
+class FixedPlan(NamedTuple):
+    """Where whole slices may be drawn: a ``[3, count]`` int64 array and the storage size.
+
+    Rows of ``table``: the flat storage index of each trajectory's first step, how many
+    first steps a slice may have in it, and the first step at which a slice ends on the
+    trajectory's termination (``-1`` when it was not terminated). ``wrap`` is the number of
+    rows when a trajectory wraps around the end of a full circular storage, else 0.
+    """
+
+    table: np.ndarray
+    count: int
+    wrap: int
 
 
 class SliceSampler(Sampler):
@@ -378,9 +393,13 @@ class SliceSampler(Sampler):
             out = self._arange_cache[n] = torch.arange(n)
         return out
 
+    def _draw(self, count: int, num_slices: int) -> torch.Tensor:
+        """``num_slices`` picks among ``count`` trajectories (positions in the valid list)."""
+        return torch.randint(count, (num_slices,), generator=self._rng)
+
     def _choose(self, segments: Segments, valid: torch.Tensor | None, num_slices: int) -> Any:
         count = segments.starts.numel() if valid is None else valid.numel()
-        choice = torch.randint(count, (num_slices,), generator=self._rng)
+        choice = self._draw(count, num_slices)
         return choice if valid is None else valid.index_select(0, choice)
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
@@ -388,8 +407,98 @@ class SliceSampler(Sampler):
         num_slices, slice_len = self._slice_shape(batch_size)
         segments = self._segments(storage)
         valid = self._valid(segments, slice_len)
+        plan = self._fixed_plan(storage, segments, valid, slice_len)
+        if plan is not None:
+            return self._fixed_slices(plan, num_slices, slice_len)
         traj = self._choose(segments, valid, num_slices)
         return self._slices(storage, segments, traj, slice_len)
+
+    # -- whole slices of a flat storage: a table per trajectory, built once per storage state ---
+    def _fixed_plan(
+        self, storage: Any, segments: Segments, valid: torch.Tensor | None, slice_len: int
+    ) -> FixedPlan | None:
+        """The per-trajectory table of :meth:`_fixed_slices`, or ``None`` where it does not apply.
+
+        It applies to slices of exactly ``slice_len`` steps (``strict_length`` without
+        ``span``) of a storage with one stream (``ndim == 1``).
+        """
+        timeline = segments.timeline
+        if (
+            not self.strict_length
+            or self.span[0] not in (False, 0)
+            or self.span[1] not in (False, 0)
+            or timeline.streams != 1
+            or getattr(storage, "ndim", 1) != 1
+        ):
+            return None
+        key = ("fixed", slice_len)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is segments:
+            return cached[1]
+        starts, lengths, terminated = segments.starts, segments.lengths, segments.terminated
+        if valid is not None:
+            starts = starts.index_select(0, valid)
+            lengths = lengths.index_select(0, valid)
+            terminated = terminated.index_select(0, valid)
+        flat_starts = starts + timeline.offset
+        # a slice ends on its trajectory's termination only from the last first step it may have
+        terminal_first = torch.where(terminated, lengths - slice_len, -1)
+        table = torch.stack([flat_starts, lengths - slice_len + 1, terminal_first]).numpy()
+        wraps = bool(timeline.offset) and bool((flat_starts + lengths > timeline.rows).any())
+        plan = FixedPlan(table, starts.numel(), timeline.rows if wraps else 0)
+        self._cache[key] = (segments, plan)
+        return plan
+
+    def _fixed_slices(self, plan: FixedPlan, num_slices: int, slice_len: int) -> tuple[Any, dict]:
+        """Indices and flags of whole slices, drawn as :meth:`_slices` draws them.
+
+        The same random draws give the same slices; the arithmetic on a few dozen numbers is
+        done in numpy, whose calls cost a fraction of torch's at this size.
+        """
+        choice = self._draw(plan.count, num_slices).numpy()
+        num_slices = choice.size  # the last batch of an epoch may hold fewer
+        draw = torch.rand(num_slices, dtype=torch.float64, generator=self._rng).numpy()
+        begin, offsets, terminal_first = plan.table[:, choice]
+        first = (draw * offsets).astype(np.int64)
+        position = (begin + first)[:, None] + self._arange_np(slice_len)
+        if plan.wrap:
+            np.remainder(position, plan.wrap, out=position)
+        info: dict[Any, Any] = {}
+        if self._is_init_shape is not None:
+            marks = self._first_step_template(num_slices, slice_len).reshape(-1)
+            shape = self._is_init_shape
+            info[IS_INIT_KEY] = marks.reshape(-1, *([1] * len(shape))).expand(-1, *shape)
+        if self.truncated_key is not None:
+            # 1 where the slice ends on its trajectory's termination
+            ends_terminated = (first == terminal_first).view(np.int8)
+            flags = self._flag_table(slice_len)[:, ends_terminated].reshape(3, -1, 1)
+            truncated_key, terminated_key, done_key = self._flag_keys
+            info[truncated_key] = torch.from_numpy(flags[0])
+            info[terminated_key] = torch.from_numpy(flags[1])
+            info[done_key] = torch.from_numpy(flags[2])
+        return torch.from_numpy(position.reshape(-1)), info
+
+    def _arange_np(self, n: int) -> np.ndarray:
+        key = ("arange_np", n)
+        out = self._arange_cache.get(key)
+        if out is None:
+            out = self._arange_cache[key] = np.arange(n, dtype=np.int64)
+        return out
+
+    def _flag_table(self, slice_len: int) -> np.ndarray:
+        """``[3, 2, slice_len]`` truncated / terminated / done flags of a slice by how it ends.
+
+        Index 0 along dim 1: the slice is cut short of a termination; 1: it ends on one.
+        """
+        key = ("flags", slice_len)
+        table = self._arange_cache.get(key)
+        if table is None:
+            table = np.zeros((3, 2, slice_len), dtype=bool)
+            table[0, 0, -1] = True  # truncated
+            table[1, 1, -1] = True  # terminated
+            table[2, :, -1] = True  # done
+            self._arange_cache[key] = table
+        return table
 
     def _slices(
         self, storage: Any, segments: Segments, traj: torch.Tensor, slice_len: int
@@ -585,14 +694,12 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         )
         self._rng = rng
 
-    def _choose(self, segments: Segments, valid: torch.Tensor | None, num_slices: int) -> Any:
-        count = segments.starts.numel() if valid is None else valid.numel()
+    def _draw(self, count: int, num_slices: int) -> torch.Tensor:
         if self.drop_last and count < num_slices:
             raise ValueError(
                 f"cannot draw {num_slices} slices from {count} trajectories with drop_last=True"
             )
-        choice = self._next_batch(count, num_slices)
-        return choice if valid is None else valid.index_select(0, choice)
+        return self._next_batch(count, num_slices)
 
     def _new_writes(self) -> None:
         self._cache.clear()

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer, _component
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler
@@ -17,6 +17,28 @@ from tdrl.data.replay_buffers.writers import TensorDictRoundRobinWriter
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
 
 _INFO_KEYS = ("index", "priority_weight")
+
+
+def _set_gathered(data: TensorDictBase, key: tuple, value: torch.Tensor) -> None:
+    """Set the nested entry ``key`` of a TensorDict the storage just built for a sample.
+
+    Sampler extras (truncation flags) have the batch shape of the sample: where every node
+    on the way is a plain TensorDict of a batch shape ``value`` starts with, the entry is
+    put in place directly, skipping the checks of ``set`` (a few microseconds per key).
+    """
+    node = data
+    for part in key[:-1]:
+        node = node._tensordict.get(part) if type(node) is TensorDict else None
+        if node is None:
+            break
+    if (
+        type(node) is TensorDict
+        and not node.is_locked
+        and value.shape[: node.batch_dims] == node.batch_size
+    ):
+        node._tensordict[key[-1]] = value
+    else:
+        data.set(key, value)
 
 
 class TensorDictReplayBuffer(ReplayBuffer):
@@ -71,8 +93,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
                         key = key[0]
                     extra[key] = value
             data = storage._gather(index, extra)
-            for key, value in nested:
-                data.set(key, expand_to_items(value, tuple(data.batch_size)))
+            if nested:
+                batch = tuple(data.batch_size)
+                for key, value in nested:
+                    _set_gathered(data, key, expand_to_items(value, batch))
             return data
         data = self._collate_fn(storage._gather(index))
         if isinstance(data, TensorDictBase):
