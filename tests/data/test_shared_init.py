@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import glob
 import multiprocessing as mp
 import os
 import pickle
@@ -19,6 +18,7 @@ from tdrl.data.replay_buffers import (
     LazyTensorStorage,
     ReplayBuffer,
     TensorDictReplayBuffer,
+    shared_init,
 )
 
 _CHILDREN = 4
@@ -42,24 +42,21 @@ def _write(rb: TensorDictReplayBuffer, proc: int) -> None:
         )
 
 
-def _temp_folders() -> set[str]:
-    roots = {tempfile.gettempdir(), "/dev/shm"}
-    return {
-        path
-        for root in roots
-        for name in ("tdrl_memmap_*", "tdrl-shared-*")
-        for path in glob.glob(os.path.join(root, name))
-    }
-
-
 @pytest.fixture
 def private_tmp(tmp_path, monkeypatch):
-    """Temporary folders of this process and its children go to a folder of the test's own."""
+    """Temporary and shared-memory folders of this test go to folders of its own.
+
+    Other programs create folders in the machine-wide ones while the test runs, so the test
+    checks its own folders are left empty.
+    """
     folder = tmp_path / "tmp"
+    shm = tmp_path / "shm"
     folder.mkdir()
+    shm.mkdir()
     monkeypatch.setenv("TMPDIR", str(folder))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
+    monkeypatch.setattr(shared_init, "SHARED_ROOT", str(shm))
+    return folder, shm
 
 
 def _storage(kind: str, tmp_path) -> LazyTensorStorage:
@@ -76,7 +73,6 @@ def _storage(kind: str, tmp_path) -> LazyTensorStorage:
 def test_children_write_an_empty_shared_buffer_and_the_parent_reads_every_item(
     kind: str, method: str, tmp_path, private_tmp
 ) -> None:
-    before = _temp_folders()
     rb = TensorDictReplayBuffer(storage=_storage(kind, tmp_path), batch_size=8, shared=True)
     ctx = mp.get_context(method)
     procs = [ctx.Process(target=_write, args=(rb, proc)) for proc in range(_CHILDREN)]
@@ -95,10 +91,13 @@ def test_children_write_an_empty_shared_buffer_and_the_parent_reads_every_item(
     # the parent writes into the same allocation
     rb.storage.set(0, content[5])
     assert rb.storage[0]["step"] == content["step"][5]
+    folder, shm = private_tmp
+    if kind == "tensor":  # a shared tensor storage keeps its files in shared memory
+        assert len(os.listdir(shm)) == 1
     del rb, content, procs
     gc.collect()
-    assert os.listdir(private_tmp) == []
-    assert _temp_folders() <= before, "a temporary folder was left behind"
+    assert os.listdir(folder) == [], "a temporary folder was left behind"
+    assert os.listdir(shm) == [], "a shared-memory folder was left behind"
 
 
 def test_a_copy_sent_before_the_first_write_maps_what_the_parent_allocates_later() -> None:

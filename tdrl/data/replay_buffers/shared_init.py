@@ -19,9 +19,20 @@ from torch.utils._pytree import treespec_dumps, treespec_loads
 
 from tdrl.data.replay_buffers.process_lock import _LOCK_DIR
 
-__all__ = ["leaf_file", "map_file", "new_shared_dir", "read_layout", "remove_dir", "write_layout"]
+__all__ = [
+    "SHARED_ROOT",
+    "leaf_file",
+    "map_file",
+    "new_shared_dir",
+    "read_layout",
+    "remove_dir",
+    "write_layout",
+]
 
 _LAYOUT = "layout.pkl"
+
+#: Where the folders of shared tensor storages are made (shared memory when the system has it).
+SHARED_ROOT = _LOCK_DIR
 
 
 def new_shared_dir(scratch_dir: str | None = None) -> str:
@@ -31,7 +42,7 @@ def new_shared_dir(scratch_dir: str | None = None) -> str:
     processes sharing this storage do not map stale files.
     """
     if scratch_dir is None:
-        return tempfile.mkdtemp(prefix="tdrl-shared-", dir=_LOCK_DIR)
+        return tempfile.mkdtemp(prefix="tdrl-shared-", dir=SHARED_ROOT)
     os.makedirs(scratch_dir, exist_ok=True)
     try:
         os.unlink(os.path.join(scratch_dir, _LAYOUT))
