@@ -87,6 +87,39 @@ def test_pickled_copy_names_the_same_lock_and_the_file_goes_with_its_creator():
     assert not os.path.exists(path)
 
 
+_KEPT = []  # what a worker keeps for its whole life (a buffer it fills)
+
+
+def _make_lock_and_report_its_file(queue):
+    lock = ProcessLock("child lock")
+    with lock:
+        queue.put(lock.path)
+    _KEPT.append(lock)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_lock_made_in_a_child_process_leaves_no_file(start_method):
+    # forked multiprocessing children end with os._exit, which skips atexit handlers
+    ctx = mp.get_context(start_method)
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_make_lock_and_report_its_file, args=(queue,))
+    proc.start()
+    path = queue.get(timeout=60)
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert not os.path.exists(path)
+
+
+def test_a_lock_of_a_process_that_exits_leaves_no_file():
+    code = (
+        "from tdrl.data.replay_buffers.process_lock import ProcessLock;"
+        "lock = ProcessLock(); lock.acquire(); lock.release(); print(lock.path)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not os.path.exists(out.stdout.strip())
+
+
 # -- the writer of a shared buffer ---------------------------------------------------------------------
 class _StallingStorage(LazyTensorStorage):
     """A storage whose writes stop (forever) once ``stall`` is set: a writer stuck mid-extend."""

@@ -9,7 +9,7 @@ import struct
 import tempfile
 import threading
 import time
-import weakref
+from multiprocessing import util as mp_util
 from typing import Any
 
 __all__ = ["LockTimeoutError", "ProcessLock"]
@@ -157,7 +157,11 @@ class ProcessLock:
         os.close(fd)
         self.name = name
         self.timeout = timeout
-        self._finalizer = weakref.finalize(self, _unlink, self._path, os.getpid())
+        # a multiprocessing finalizer also runs when a multiprocessing child exits (through
+        # os._exit, which skips atexit), so a buffer made in a worker leaves no file behind
+        self._finalizer = mp_util.Finalize(
+            self, _unlink, args=(self._path, os.getpid()), exitpriority=0
+        )
         self._handles: _Handles | None = None  # this process's descriptor and thread lock
 
     @property
