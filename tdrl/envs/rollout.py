@@ -17,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
 from tdrl.envs._policy import ActionsExhausted, action_feeder, as_policy
+from tdrl.envs._policy_call import policy_caller
 from tdrl.envs._stack import Irregular, stack_steps
 from tdrl.envs._step_mdp import merge_next
 from tdrl.envs._td_fast import any_true, fast_get
@@ -225,6 +226,7 @@ def rollout(
         tensordict = maybe_reset(env, tensordict)
     policy = env.rand_action if policy is None else as_policy(env, policy)
     policy_device = _policy_device(policy) if auto_cast_to_device else None
+    policy = policy_caller(policy)
     cast = policy_device is not None and policy_device != env.device
     with _gc_paused():
         steps = _run(
