@@ -244,11 +244,18 @@ def test_errors_are_those_of_the_generic_call():
     assert str(fast_missing.value) == str(slow_missing.value)
 
 
-def test_the_collector_data_equals_the_generic_call():
+@pytest.mark.parametrize("reset_when_done", [True, False])
+def test_the_collector_data_equals_the_generic_call(reset_when_done):
     def collect(policy):
         env = GymEnv("CartPole-v1")
         env.set_seed(0)
-        collector = SyncDataCollector(env, policy, frames_per_batch=50, total_frames=150)
+        collector = SyncDataCollector(
+            env,
+            policy,
+            frames_per_batch=50,
+            total_frames=150,
+            reset_when_done=reset_when_done,
+        )
         batches = [batch.clone() for batch in collector]
         collector.shutdown()
         return torch.cat(batches)
