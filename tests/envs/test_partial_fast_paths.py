@@ -66,3 +66,52 @@ def test_a_serial_partial_reset_resets_the_masked_workers_only(reset_mask):
             assert torch.equal(out["observation"][w], before[w])
     assert "_reset" not in out.keys()
     env.close()
+
+
+class OneHotArgmax(torch.nn.Module):
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1])
+
+
+@pytest.mark.parametrize("make_policy", [False, True], ids=["random", "module"])
+def test_a_batched_rollout_fusing_step_and_resets_equals_the_unfused_loop(monkeypatch, make_policy):
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+
+    from tdrl.envs import rollout as rollout_module
+
+    def run():
+        env = SerialEnv(3, lambda: GymEnv("CartPole-v1"))
+        env.set_seed(1)
+        torch.manual_seed(0)
+        policy = None
+        if make_policy:
+            net = nn.Sequential(nn.Linear(4, 2), OneHotArgmax())
+            policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+        else:
+            policy = env.rand_action
+        data = env.rollout(80, policy, break_when_any_done=False)
+        env.close()
+        return data
+
+    fused = run()
+    assert fused["next", "done"].any(), "the rollout must cross episode ends"
+    monkeypatch.setattr(rollout_module, "_fused_step_reset", lambda env: None)
+    unfused = run()
+    assert set(fused.keys(True, True)) == set(unfused.keys(True, True))
+    for key in fused.keys(True, True):
+        assert torch.equal(fused[key], unfused[key]), key
+
+
+def test_a_batched_rollout_with_a_callback_steps_then_resets(monkeypatch):
+    from tdrl.envs import rollout as rollout_module
+
+    calls = []
+    monkeypatch.setattr(rollout_module, "_fused_step_reset", lambda env: calls.append(env) or None)
+    env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    env.rollout(5, callback=lambda env, td: None, break_when_any_done=False)
+    env.rollout(5, break_when_any_done=True)
+    assert calls == []
+    env.rollout(5, break_when_any_done=False)
+    assert len(calls) == 1
+    env.close()
