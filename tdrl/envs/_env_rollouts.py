@@ -88,7 +88,10 @@ class EnvRollouts:
         walks over the steps they keep; no garbage is lost. With no policy (and no
         callback, initial ``tensordict`` or ``out``), an env may produce the same data
         on a cheaper path: a plain single :class:`~tdrl.envs.GymEnv` keeps the steps
-        in columns instead of one tensordict per step.
+        in columns instead of one tensordict per step. A plain ``TensorDictModule``
+        policy is called without its generic dispatch (hooks still run), and a batched
+        env rolled out without early stop or callback steps and resets its done
+        sub-envs in one round trip; the data is the same either way.
 
         Args:
             max_steps: the maximum number of steps.
