@@ -26,6 +26,7 @@ from tdrl.collectors.policy import (
     unwrap_policy,
 )
 from tdrl.collectors.utils import _replace_last
+from tdrl.envs._policy_call import policy_caller
 from tdrl.envs.common import EnvBase
 from tdrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
 
@@ -370,8 +371,9 @@ class SyncDataCollector(DataCollectorBase):
         shuttle = self._shuttle
         steps = []
         hooks = env._post_step_hooks()
+        call = policy_caller(policy)
         for _ in range(self._time_steps):
-            shuttle = policy(shuttle)
+            shuttle = call(shuttle)
             stepped = env.step(shuttle)
             steps.append(stepped)
             shuttle = self._step_mdp(stepped)

@@ -93,7 +93,7 @@ def fill_missing_done(
 ) -> None:
     """Write ``False`` for the done entries a ``_reset`` did not return."""
     for key in done_keys:
-        if data.get(key, None) is None:
+        if fast_get(data, key) is None:
             extra = data.batch_size[: data.batch_dims - env_ndim]
             data.set(key, full_done_spec[key].zero(extra))
 

@@ -123,6 +123,10 @@ def update_during_reset(
         all_true(mask) for mask in masks.values()
     ):
         return _update_elementwise(tensordict_reset, tensordict, reset_keys, masks)
+    if len(masks) == 1 and () in masks:
+        merged = _update_flat(tensordict_reset, tensordict, masks[()])
+        if merged is not None:
+            return merged
     masked: dict = {}
     for prefix, mask in masks.items():
         if all_true(mask):
@@ -154,6 +158,44 @@ def update_during_reset(
     tensordict.update(tensordict_reset)
     for key, value in masked.items():
         tensordict.set(key, value)
+    return tensordict
+
+
+def _update_flat(
+    tensordict_reset: TensorDictBase, tensordict: TensorDictBase, mask: torch.Tensor
+) -> TensorDictBase | None:
+    """:func:`update_during_reset` of flat plain tensordicts under one root mask, or None.
+
+    The same merge in one pass over the entry dicts (one aligned mask per shape); None,
+    before anything is written, when an entry is not a plain tensor, shapes differ, the
+    mask resets every element, or the input is locked.
+    """
+    if (
+        type(tensordict_reset) is not TensorDict
+        or type(tensordict) is not TensorDict
+        or tensordict.is_locked
+        or all_true(mask)
+    ):
+        return None
+    entries = tensordict._tensordict
+    aligned: dict = {}
+    merged: dict = {}
+    for key, value in tensordict_reset._tensordict.items():
+        if type(value) is not torch.Tensor:
+            return None
+        previous = entries.get(key)
+        if previous is None:
+            merged[key] = value
+            continue
+        if type(previous) is not torch.Tensor or previous.shape != value.shape:
+            return None
+        shape = value.shape
+        mask_v = aligned.get(shape)
+        if mask_v is None:
+            mask_v = aligned[shape] = align_mask(mask, shape, "_reset", ("_reset",), (key,))
+        merged[key] = torch.where(mask_v, value, previous)
+    for key, value in merged.items():
+        tensordict._set_str(key, value, inplace=False, validated=False)
     return tensordict
 
 

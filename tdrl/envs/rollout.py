@@ -17,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from tdrl.envs._keys import as_tuple, from_tuple
 from tdrl.envs._policy import ActionsExhausted, action_feeder, as_policy
+from tdrl.envs._policy_call import policy_caller
 from tdrl.envs._stack import Irregular, stack_steps
 from tdrl.envs._step_mdp import merge_next
 from tdrl.envs._td_fast import any_true, fast_get
@@ -225,6 +226,7 @@ def rollout(
         tensordict = maybe_reset(env, tensordict)
     policy = env.rand_action if policy is None else as_policy(env, policy)
     policy_device = _policy_device(policy) if auto_cast_to_device else None
+    policy = policy_caller(policy)
     cast = policy_device is not None and policy_device != env.device
     with _gc_paused():
         steps = _run(
@@ -303,6 +305,9 @@ def _loop(
     step = env.step
     hooks = env._post_step_hooks()
     last = max_steps - 1
+    step_reset = None
+    if not (any_done or all_done or hooks or cast) and callback is None:
+        step_reset = _fused_step_reset(env)
     for i in range(max_steps):
         if cast:
             tensordict = tensordict.to(policy_device)
@@ -314,6 +319,11 @@ def _loop(
             tensordict = tensordict.to(env_device)
         if all_done:
             tensordict.set("_step", ~_finished(env, tensordict))
+        if step_reset is not None and i != last:
+            tensordict, next_input = step_reset(tensordict)
+            append(tensordict)
+            tensordict = next_input
+            continue
         tensordict = step(tensordict)
         if set_truncated and i == last:
             _set_truncated(env, tensordict.get("next"))
@@ -341,6 +351,20 @@ def _loop(
         if hooks:
             _run_hooks(hooks, tensordict, next_input)
         tensordict = next_input
+
+
+def _fused_step_reset(env: EnvBase) -> Callable | None:
+    """The env's own ``step_and_maybe_reset``, when it fuses the step and the resets.
+
+    Batched envs step and reset their done sub-envs in one round trip to the workers,
+    with the data of ``step``, ``step_mdp`` and ``maybe_reset`` in turn; other envs
+    (None) run those three in the loop.
+    """
+    from tdrl.envs._env_rollouts import EnvRollouts
+
+    if type(env).step_and_maybe_reset is EnvRollouts.step_and_maybe_reset:
+        return None
+    return env.step_and_maybe_reset
 
 
 def _run_hooks(hooks: tuple, tensordict: TensorDictBase, next_input: TensorDictBase | None) -> None:

@@ -576,6 +576,21 @@ class BatchedEnvBase(EnvBase):
                 else:
                     value.zero_()
 
+    def _reset_workers(self, masks: list) -> tuple[list[int], list[int]]:
+        """The workers with an element to reset, and those of them resetting only some."""
+        if len(masks) == 1:
+            rows = masks[0][1].reshape(self.num_workers, -1)
+            if rows.shape[1] == 1:
+                # one element per worker: a worker is reset whole or not at all
+                flags = rows.reshape(-1).tolist()
+                return [w for w, flag in enumerate(flags) if flag], []
+        need = torch.zeros(self.num_workers, dtype=torch.bool)
+        for _, mask in masks:
+            need |= self._worker_mask(mask).cpu()
+        workers = need.nonzero().squeeze(-1).tolist()
+        partial = [w for w in workers if not all(all_true(mask[w]) for _, mask in masks)]
+        return workers, partial
+
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         self._ensure_started()
         workers = list(range(self.num_workers))
@@ -585,13 +600,9 @@ class BatchedEnvBase(EnvBase):
             masks = [(key, tensordict.get(key, None)) for key in self.reset_keys]
             masks = [(key, m) for key, m in masks if m is not None]
             if masks:
-                need = torch.zeros(self.num_workers, dtype=torch.bool)
-                for _, mask in masks:
-                    need |= self._worker_mask(mask).cpu()
-                workers = need.nonzero().squeeze(-1).tolist()
-                for w in workers:
-                    if not all(all_true(mask[w]) for _, mask in masks):
-                        entries[w] = _on_cpu(tensordict[w].select(*[key for key, _ in masks]))
+                workers, partial = self._reset_workers(masks)
+                for w in partial:
+                    entries[w] = _on_cpu(tensordict[w].select(*[key for key, _ in masks]))
             present = [k for k in self._state_keys if tensordict.get(k, None) is not None]
             if present and self._use_buffers:
                 self._write_inputs(tensordict.select(*present), workers, required=False)
