@@ -163,7 +163,7 @@ def test_memmap_and_ndim2_storages(tmp_path):
         storage=LazyMemmapStorage(60, ndim=2, scratch_dir=tmp_path / "b")
     )
     other.loads(tmp_path / "ckpt")
-    leaves = other.storage._td.values(include_nested=True, leaves_only=True)
+    leaves = other.storage.content.values(include_nested=True, leaves_only=True)
     assert all(isinstance(leaf, MemoryMappedTensor) for leaf in leaves)
     assert_same(rb[:], other[:])
     assert len(other) == len(rb) == 60

@@ -288,13 +288,8 @@ class ReplayBuffer(InPlaceAccess):
         if not self._initialized:
             return self
         if shared and isinstance(self._storage, TensorStorage):
-            self._storage._shared_init = True
-            self._storage._share_len()
-            if self._storage.initialized:
-                self._storage._td.share_memory_()
-            else:
-                # the first write, in whichever process, allocates where every process sees it
-                self._storage._enable_shared_init()
+            # the first write, in whichever process, allocates where every process sees it
+            self._storage.share_memory_()
         if shared:
             self._sampler.share()
         return self
@@ -400,7 +395,7 @@ class ReplayBuffer(InPlaceAccess):
                 return
             index = torch.tensor([index])
         if index.numel():
-            self._sampler.extend(storage._rows_to_flat(index) if storage.ndim > 1 else index)
+            self._sampler.extend(storage.rows_to_flat(index) if storage.ndim > 1 else index)
 
     def add(self, data: Any) -> int:
         """Write one item; returns its index."""
@@ -541,7 +536,7 @@ class ReplayBuffer(InPlaceAccess):
         return data
 
     def _gather(self, index: Any, info: dict) -> Any:
-        return self._collate_fn(self._storage._gather(index))
+        return self._collate_fn(self._storage.gather(index))
 
     # -- the data's own layout (multi-dim storages extended along dim_extend > 0) ------------------
     def _in_data_layout(self, index: Any) -> bool:
@@ -574,8 +569,8 @@ class ReplayBuffer(InPlaceAccess):
         # the flat storage indices of the written items, for the sampler and the storage
         grid = torch.arange(len(storage)).reshape(storage.shape[: storage.ndim])
         written = move_extend_dim(grid, self.dim_extend)[index].reshape(-1)
-        storage._mark_written()
-        self._sampler.mark_update(storage._unravel(written), storage=storage)
+        storage.mark_written()
+        self._sampler.mark_update(storage.unravel_index(written), storage=storage)
 
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         with self._replay_lock:
@@ -641,7 +636,7 @@ class ReplayBuffer(InPlaceAccess):
             self._prefetch_queue.clear()
             self._writer._empty(empty_write_count)
             self._sampler._empty()
-            self._storage._empty()
+            self._storage.empty()
 
     def update_if_present(
         self,

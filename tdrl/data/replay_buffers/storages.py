@@ -120,6 +120,78 @@ class TensorStorage(SharedInit, Storage):
         """Whether the storage has been allocated (by any process, when it is shared)."""
         return self._attached()
 
+    @property
+    def content(self) -> TensorDictBase | None:
+        """The stored TensorDict: every row of every leaf (``None`` before allocation).
+
+        Tensors and pytrees are held as TensorDicts too (see :attr:`kind`). Rows past
+        :attr:`len_along_dim0` hold stale or uninitialized values. Checkpointers read and
+        fill it in place; after writing it directly, call :meth:`set_len_along_dim0`.
+        """
+        self._attached()
+        return self._td
+
+    @property
+    def kind(self) -> str | None:
+        """What the items are: ``"tensordict"``, ``"tensor"`` or ``"pytree"`` (``None`` before allocation)."""
+        self._attached()
+        return self._kind
+
+    @property
+    def treespec(self) -> Any:
+        """The pytree structure of the items when :attr:`kind` is ``"pytree"``, else ``None``."""
+        return self._treespec
+
+    @property
+    def stored_keys(self) -> list[tuple]:
+        """The keys of the stored leaves in :attr:`content`, in storage order."""
+        return list(self._keys) if self._td is not None else []
+
+    def wrap_content(self, td: TensorDictBase) -> Any:
+        """Turn rows of :attr:`content` into the stored form (TensorDict, tensor or pytree)."""
+        return self._wrap(td)
+
+    def allocate_leaves(self, template: list) -> list[torch.Tensor]:
+        """New tensors, where this storage keeps its data, for ``(key, shape, dtype)`` entries.
+
+        A memory-mapped storage makes files, a shared one shared memory. Fill a
+        TensorDict with them and hand it to :meth:`adopt_content`.
+        """
+        return self._allocate(template)
+
+    def adopt_content(self, td: TensorDictBase, *, kind: str, treespec: Any = None) -> None:
+        """Make ``td`` (built from :meth:`allocate_leaves`) the storage's content.
+
+        Args:
+            td: the TensorDict of all rows; moved to the storage's device.
+            kind: ``"tensordict"``, ``"tensor"`` or ``"pytree"`` (see :attr:`kind`).
+            treespec: the pytree structure when ``kind`` is ``"pytree"``.
+        """
+        if kind not in ("tensordict", "tensor", "pytree"):
+            raise ValueError(f"kind must be 'tensordict', 'tensor' or 'pytree', got {kind!r}")
+        device = self._storage_device()
+        if device is not None:
+            td = td.to(device)
+        self._kind = kind
+        if treespec is not None:
+            self._treespec = treespec
+        self._td = td
+        self._build_plans()
+
+    def share_memory_(self) -> TensorStorage:
+        """Keep the content and the length where processes started later see them.
+
+        An allocated storage moves its tensors to shared memory; a lazy one still empty
+        allocates there (in files every process maps) on its first write, in any process.
+        """
+        self._shared_init = True
+        self._share_len()
+        if self.initialized:
+            self._td.share_memory_()
+        else:
+            self._enable_shared_init()
+        return self
+
     def _adopt(self, storage: Any) -> None:
         """Wrap a container (tensor, TensorDict, tensorclass or pytree) as the internal TensorDict."""
         if isinstance(storage, TensorDictBase) or is_tensorclass(storage):
@@ -180,7 +252,12 @@ class TensorStorage(SharedInit, Storage):
             self._slot_generations.share_memory_()
 
     # -- write generations -------------------------------------------------------------------------
-    def _enable_generations(self) -> None:
+    @property
+    def tracks_generations(self) -> bool:
+        """Whether a write generation is kept per row (see :meth:`enable_generations`)."""
+        return self._tracks_generations
+
+    def enable_generations(self) -> None:
         """Keep a write generation per row (asked for by writers with ``track_generations``)."""
         self._tracks_generations = True
         if self._td is not None and self._slot_generations is None:
@@ -193,7 +270,12 @@ class TensorStorage(SharedInit, Storage):
             generations.share_memory_()
         self._slot_generations = generations
 
-    def _advance_generations(self, rows: torch.Tensor) -> None:
+    @property
+    def slot_generations(self) -> torch.Tensor | None:
+        """Per-row write counts (``-1``: never written), or ``None`` when no writer asked for them."""
+        return self._slot_generations
+
+    def advance_generations(self, rows: torch.Tensor) -> None:
         """Count one write per entry of ``rows`` (repeated rows were written several times)."""
         generations = self._slot_generations
         if generations is not None:
@@ -433,11 +515,11 @@ class TensorStorage(SharedInit, Storage):
                     raise self._shape_error(key, view.shape, src.shape)
                 view.copy_(src)
         elif isinstance(cursor, tuple):
-            cursor = self._multi_index(cursor)
+            cursor = self.multi_index(cursor)
             self._write_multi(cursor, leaves)
-        elif not single and (item := self._item_index(torch.as_tensor(cursor))) is not None:
-            # computed once: _multi_index of the cursor would derive the same item again
-            cursor = self._multi_index(item if isinstance(item, tuple) else (item,))
+        elif not single and (item := self.item_index(torch.as_tensor(cursor))) is not None:
+            # computed once: multi_index of the cursor would derive the same item again
+            cursor = self.multi_index(item if isinstance(item, tuple) else (item,))
             self._write_multi(cursor, leaves)
         else:
             if isinstance(cursor, (list, np.ndarray)):
@@ -451,7 +533,7 @@ class TensorStorage(SharedInit, Storage):
         if set_cursor:
             self._grow(cursor)
 
-    def _item_index(self, index: torch.Tensor) -> Any:
+    def item_index(self, index: torch.Tensor) -> Any:
         """The item index an index tensor of more than one dim stands for, else ``None``.
 
         With ``ndim > 1``, a ``[..., ndim]`` integer tensor holds coordinates (the ``"index"``
@@ -472,10 +554,10 @@ class TensorStorage(SharedInit, Storage):
             return index[(slice(None),) + (0,) * len(trailing)]
         return None
 
-    def _multi_index(self, index: Any) -> tuple:
+    def multi_index(self, index: Any) -> tuple:
         """A tuple index with ints, lists and arrays turned into long tensors."""
         if not isinstance(index, tuple):
-            item = self._item_index(torch.as_tensor(index))
+            item = self.item_index(torch.as_tensor(index))
             return item if isinstance(item, tuple) else (item,)
         return tuple(
             torch.as_tensor(part, dtype=torch.long)
@@ -527,7 +609,8 @@ class TensorStorage(SharedInit, Storage):
         if end > int(self._len_np):
             self._len_np[()] = min(end, rows)
 
-    def _max_rows(self, data: Any = None, batched: bool = True) -> int:
+    def max_rows(self, data: Any = None, batched: bool = True) -> int:
+        """Rows of the first dimension: allocated, or inferred from ``data`` while lazy."""
         if self._td is not None:
             return self._td.shape[0]
         if self.ndim == 1 or data is None:
@@ -540,13 +623,14 @@ class TensorStorage(SharedInit, Storage):
         other = shape[1 : self.ndim] if batched else shape[: self.ndim - 1]
         return -(-self.max_size // max(math.prod(other), 1))
 
-    def _rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+    def rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+        """Flat item numbers of every item in the given rows of the first dimension."""
         if self.ndim == 1:
             return rows
         per_row = math.prod(self._td.shape[1 : self.ndim])
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
-    def _leaf(self, key: Any) -> torch.Tensor:
+    def leaf(self, key: Any) -> torch.Tensor:
         """The stored tensor of entry ``key`` (all rows), for writes in place."""
         value = None
         if self._td is not None and self._kind == "tensordict":
@@ -556,11 +640,11 @@ class TensorStorage(SharedInit, Storage):
             raise KeyError(f"no entry {key!r} in the stored data (stored keys: {keys})")
         return value
 
-    def _mark_written(self) -> None:
+    def mark_written(self) -> None:
         """Count a write made through a view of the content (not through :meth:`set`)."""
         self._counters_np[1] += 1
 
-    def _set_len_along_dim0(self, length: int) -> None:
+    def set_len_along_dim0(self, length: int) -> None:
         """Set the filled length (after content was written directly, e.g. by a checkpointer)."""
         counters = self._counters_np
         counters[0] = length
@@ -570,7 +654,8 @@ class TensorStorage(SharedInit, Storage):
 
     # -- reading -------------------------------------------------------------------------------
     @property
-    def _len_along_dim0(self) -> int:
+    def len_along_dim0(self) -> int:
+        """How many rows of the first dimension are filled."""
         return int(self._len_np)
 
     def __len__(self) -> int:
@@ -579,7 +664,8 @@ class TensorStorage(SharedInit, Storage):
         return int(self._len_np) * math.prod(self._item_shape[: self.ndim - 1])
 
     @property
-    def _total_shape(self) -> torch.Size | None:
+    def total_shape(self) -> torch.Size | None:
+        """The shape of :attr:`content`, all rows (``None`` before allocation)."""
         return self._td.shape if self._attached() else None
 
     @property
@@ -615,7 +701,7 @@ class TensorStorage(SharedInit, Storage):
         if indices.dtype == torch.bool:
             return self._wrap(self._valid()[indices])
         if indices.ndim > 1:
-            item = self._item_index(indices)
+            item = self.item_index(indices)
             if isinstance(item, tuple):
                 return self._wrap(self._valid()[item])
             if item is not None:
@@ -651,20 +737,22 @@ class TensorStorage(SharedInit, Storage):
         out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
         return out if self._tc_types is None else retyped(out, self._tc_types)
 
-    def _gather(self, index: Any, extra: dict | None = None) -> Any:
+    def gather(self, index: Any, extra: dict | None = None) -> Any:
         """Read sampled items with one gather per leaf (indices are trusted)."""
         if self.ndim == 1:
             return self._gather_rows(index, extra)
-        flat = self._ravel(index)
+        flat = self.ravel_index(index)
         batch = (flat.shape[0], *self._trailing)
         return self._gather_with(self._flat_plan, self._flat_leaves, flat, batch, extra)
 
-    def _unravel(self, flat_index: torch.Tensor) -> Any:
+    def unravel_index(self, flat_index: torch.Tensor) -> Any:
+        """Flat item numbers as indices: themselves, or a tuple of coordinates when ``ndim > 1``."""
         if self.ndim == 1:
             return flat_index
         return torch.unravel_index(flat_index, tuple(self._td.shape[: self.ndim]))
 
-    def _ravel(self, index: Any) -> torch.Tensor:
+    def ravel_index(self, index: Any) -> torch.Tensor:
+        """Flat item numbers of an index (coordinates, a ``[n, ndim]`` tensor or slices)."""
         if self.ndim == 1:
             if isinstance(index, tuple):
                 index = index[0]
@@ -689,7 +777,8 @@ class TensorStorage(SharedInit, Storage):
         return (index * self._strides).sum(-1)
 
     # -- state ---------------------------------------------------------------------------------
-    def _empty(self) -> None:
+    def empty(self) -> None:
+        """Forget every item (the allocated tensors stay; write generations move on)."""
         counters = self._counters_np
         counters[0] = 0
         counters[1] += 1

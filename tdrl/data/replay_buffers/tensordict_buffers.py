@@ -75,7 +75,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _gather(self, index: Any, info: dict) -> Any:
         storage = self._storage
         stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
-        if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
+        if isinstance(storage, TensorStorage) and storage.kind == "tensordict":
             nested = []
             if all(type(key) is str for key in info):
                 # the usual case, flat keys: one dict, "index" first and set to stored_index
@@ -92,13 +92,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                             continue
                         key = key[0]
                     extra[key] = value
-            data = storage._gather(index, extra)
+            data = storage.gather(index, extra)
             if nested:
                 batch = tuple(data.batch_size)
                 for key, value in nested:
                     _set_gathered(data, key, expand_to_items(value, batch))
             return data
-        data = self._collate_fn(storage._gather(index))
+        data = self._collate_fn(storage.gather(index))
         if isinstance(data, TensorDictBase):
             batch = tuple(data.batch_size)
             data.set("index", expand_to_items(stored_index, batch))
@@ -152,7 +152,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
             # an index expanded over the batch dims of each item: one per item (the
             # priorities of an item's steps are reduced by the sampler's ``reduction``)
-            item = storage._item_index(index)
+            item = storage.item_index(index)
             if item is not None:
                 index = item
         self.update_priority(index, priority)
