@@ -95,7 +95,7 @@ def test_prioritized_trees_round_trip_bit_exact(tmp_path):
     other.loads(tmp_path / "ckpt")
     ours, theirs = rb.sampler._tree, other.sampler._tree
     assert torch.equal(ours.leaves(), theirs.leaves())
-    for a, b in zip(ours._sum_levels, theirs._sum_levels):
+    for a, b in zip(ours._levels, theirs._levels):
         assert torch.equal(a, b)
     assert torch.equal(ours.total(), theirs.total()) and torch.equal(ours.min(), theirs.min())
     assert rb.sampler.max_priority == other.sampler.max_priority

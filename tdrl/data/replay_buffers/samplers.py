@@ -563,7 +563,7 @@ class PrioritizedSampler(Sampler):
         torch.add(priority, self._eps_tensor, out=value)
         if self._alpha != 1.0:
             value.pow_(self._alpha)
-        self._tree._write(index, value)
+        self._tree.write(index, value)
         if self._max_tree is not None:
             self._max_tree.update(index, value)
         if high > self._max_priority:
