@@ -64,13 +64,15 @@ class TensorLayout:
         :attr:`len_along_dim0` hold stale or uninitialized values. Checkpointers read and
         fill it in place; after writing it directly, call :meth:`set_len_along_dim0`.
         """
-        self._attached()
+        if self._td is None:
+            self._attached()
         return self._td
 
     @property
     def kind(self) -> str | None:
         """What the items are: ``"tensordict"``, ``"tensor"`` or ``"pytree"`` (``None`` before allocation)."""
-        self._attached()
+        if self._td is None:
+            self._attached()
         return self._kind
 
     @property
