@@ -14,7 +14,7 @@ def bare_gather(rb, batch: int, pool: int) -> Callable[[], list]:
     not revisited while still cached behaves like a sampler's fresh draws, and a small one
     makes the baseline warmer.
     """
-    leaves = rb.storage._leaves
+    leaves = [rb.storage.content.get(key) for key in rb.storage.stored_keys]
     length = len(rb)
     indices = [torch.randint(length, (batch,)) for _ in range(pool)]
     state = {"i": 0}

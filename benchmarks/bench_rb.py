@@ -125,8 +125,8 @@ def main() -> None:
         chunk = transitions(extend_size)
         erb = ReplayBuffer(storage=LazyTensorStorage(size))
         erb.extend(chunk)
-        dst = list(erb.storage._leaves)
-        src = [chunk.get(key) for key in erb.storage._keys]
+        dst = [erb.storage.content.get(key) for key in erb.storage.stored_keys]
+        src = [chunk.get(key) for key in erb.storage.stored_keys]
         cursor = {"c": 0}
 
         def bare_assign(dst=dst, src=src, cursor=cursor, n=extend_size):

@@ -95,7 +95,7 @@ def test_prioritized_trees_round_trip_bit_exact(tmp_path):
     other.loads(tmp_path / "ckpt")
     ours, theirs = rb.sampler._tree, other.sampler._tree
     assert torch.equal(ours.leaves(), theirs.leaves())
-    for a, b in zip(ours._sum_levels, theirs._sum_levels):
+    for a, b in zip(ours._levels, theirs._levels):
         assert torch.equal(a, b)
     assert torch.equal(ours.total(), theirs.total()) and torch.equal(ours.min(), theirs.min())
     assert rb.sampler.max_priority == other.sampler.max_priority
@@ -163,7 +163,7 @@ def test_memmap_and_ndim2_storages(tmp_path):
         storage=LazyMemmapStorage(60, ndim=2, scratch_dir=tmp_path / "b")
     )
     other.loads(tmp_path / "ckpt")
-    leaves = other.storage._td.values(include_nested=True, leaves_only=True)
+    leaves = other.storage.content.values(include_nested=True, leaves_only=True)
     assert all(isinstance(leaf, MemoryMappedTensor) for leaf in leaves)
     assert_same(rb[:], other[:])
     assert len(other) == len(rb) == 60

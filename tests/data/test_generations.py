@@ -30,7 +30,7 @@ def test_tracking_is_opt_in():
     index = rb.extend(torch.arange(4))
     assert not rb.writer.tracks_generations
     assert rb.writer.generations_of(index).tolist() == [-1] * 4
-    assert rb.storage._slot_generations is None
+    assert rb.storage.slot_generations is None
     assert "index_generation" not in rb.sample(2, return_info=True)[1]
 
 

@@ -71,7 +71,7 @@ def test_memmap_files_in_scratch_dir(tmp_path):
 def test_memmap_temporary_dir_is_removed():
     storage = LazyMemmapStorage(10)
     storage.set(slice(0, 2), torch.ones(2, 3))
-    folder = os.path.dirname(storage._td.get("_tensor").filename)
+    folder = os.path.dirname(storage.content.get("_tensor").filename)
     assert os.path.isdir(folder)
     del storage
     import gc
@@ -185,7 +185,7 @@ def test_storage_shape_and_len_ndim():
     assert storage.max_size == 12
     assert len(storage) == 6
     assert storage.shape == (2, 3)
-    assert storage._total_shape == (4, 3)
+    assert storage.total_shape == (4, 3)
 
 
 def test_lazy_storage_device_argument():

@@ -8,6 +8,7 @@ from tdrl.data.replay_buffers.sum_tree import (
     MinSegmentTree,
     PriorityTree,
     SumSegmentTree,
+    WideTree,
 )
 
 
@@ -195,7 +196,7 @@ def test_priority_tree_stays_exact_after_many_updates(capacity, fanout, top_size
         assert tree.min_value() == _naive_min(tree)
     rebuilt = _rebuilt(tree)
     # every level is bit-identical to a fresh rebuild from the leaves
-    for ours, fresh in zip(tree._sum_levels, rebuilt._sum_levels):
+    for ours, fresh in zip(tree._levels, rebuilt._levels):
         assert torch.equal(ours, fresh)
     assert torch.equal(tree.total(), rebuilt.total())
 
@@ -240,7 +241,7 @@ def test_priority_tree_duplicate_indices_keep_the_last_value(count):
         last[leaf] = value[position]
     assert torch.equal(tree.leaves(), last)
     assert tree.leaves()[5] == float(count)
-    for ours, fresh in zip(tree._sum_levels, _rebuilt(tree)._sum_levels):
+    for ours, fresh in zip(tree._levels, _rebuilt(tree)._levels):
         assert torch.equal(ours, fresh)
 
 
@@ -254,7 +255,7 @@ def test_priority_tree_update_of_a_draw_changed_in_place_is_still_exact():
     tree.update(index, 9.0)
     drawn, _ = tree.sample(128, generator)
     tree.update(drawn, 3.0)
-    for ours, fresh in zip(tree._sum_levels, _rebuilt(tree)._sum_levels):
+    for ours, fresh in zip(tree._levels, _rebuilt(tree)._levels):
         assert torch.equal(ours, fresh)
 
 
@@ -266,3 +267,48 @@ def test_priority_tree_draws_stay_below_the_limit():
     # masses at or past the total still give valid leaves, and their own values
     index, value = tree.scan_lower_bound(torch.tensor([1e9, float(tree.total())]))
     assert int(index.max()) < 1000 and torch.equal(value, tree.leaves()[index])
+
+
+def test_segment_trees_share_one_design():
+    # the public trees are views over the same levels: one update and search code path
+    assert issubclass(SumSegmentTree, PriorityTree)
+    for cls in (SumSegmentTree, MinSegmentTree, MaxSegmentTree, PriorityTree):
+        assert issubclass(cls, WideTree)
+
+
+@pytest.mark.parametrize("count", [7, 3000])
+def test_min_max_trees_match_the_leaves_after_batch_and_large_writes(count):
+    generator = torch.Generator().manual_seed(3)
+    mins, maxs = (
+        MinSegmentTree(5000, fanout=8, top_size=8),
+        MaxSegmentTree(5000, fanout=8, top_size=8),
+    )
+    for _ in range(5):
+        index = torch.randint(5000, (count,), generator=generator)
+        value = torch.randn(count, dtype=torch.float64, generator=generator)
+        mins.update(index, value)
+        maxs.update(index, value)
+        assert float(mins.min()) == float(mins.leaves().min())
+        assert float(maxs.max()) == float(maxs.leaves().max())
+        assert float(mins.query(100, 2000)) == float(mins.leaves()[100:2000].min())
+
+
+def test_sum_tree_fill_with_a_value_and_other_dtypes():
+    tree = SumSegmentTree(10, dtype=torch.float32)
+    tree.fill_(2.0)
+    assert float(tree.total()) == 20.0 and tree.leaves().dtype == torch.float32
+    assert tree.scan_lower_bound(torch.tensor([3.0, 19.5])).tolist() == [1, 9]
+    tree.update(3, 0.0)
+    assert float(tree.query(0, 5)) == 8.0
+    with pytest.raises(TypeError, match="floating point"):
+        SumSegmentTree(10, dtype=torch.int64)
+
+
+def test_priority_tree_write_is_update_without_conversions():
+    a, b = PriorityTree(100, fanout=4, top_size=4), PriorityTree(100, fanout=4, top_size=4)
+    index = torch.tensor([5, 7, 5, 99])
+    value = torch.tensor([1.0, 2.0, 3.0, 0.5], dtype=torch.float64)
+    a.write(index, value)
+    b.update(index.tolist(), value.float())
+    assert torch.equal(a.leaves(), b.leaves()) and float(a.total()) == 5.5
+    assert a.min_value() == b.min_value() == 0.5

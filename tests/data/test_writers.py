@@ -78,7 +78,7 @@ def test_max_value_writer_state_and_empty():
 def test_immutable_writer_refuses():
     container = torch.arange(4)
     rb = ReplayBuffer(storage=TensorStorage(container), writer=ImmutableDatasetWriter())
-    rb.storage._set_len_along_dim0(4)
+    rb.storage.set_len_along_dim0(4)
     assert len(rb) == 4 and rb.sample(2).shape == (2,)
     with pytest.raises(RuntimeError, match="immutable"):
         rb.extend(torch.arange(2))

@@ -24,7 +24,7 @@ def checked_write_index(storage: Any, index: Any) -> Any:
     Raises:
         IndexError: an index is out of range, or the storage is empty.
     """
-    length = storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
+    length = storage.len_along_dim0 if hasattr(storage, "len_along_dim0") else len(storage)
     if isinstance(index, (int, np.integer)):
         if not -length <= index < length:
             raise IndexError(f"index out of range: expected [-{length}, {length}), got {index}")
@@ -36,7 +36,7 @@ def checked_write_index(storage: Any, index: Any) -> Any:
         if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
             # indices as sampling returns them: coordinates ([n, ndim]) when ndim > 1,
             # expanded over the item dims when items have batch dims of their own
-            item = storage._item_index(index)
+            item = storage.item_index(index)
             if item is not None:
                 index = item
     if isinstance(index, tuple):
@@ -45,7 +45,7 @@ def checked_write_index(storage: Any, index: Any) -> Any:
         elif not storage.initialized:
             raise IndexError(f"index out of range: the storage is empty, got {index}")
         else:
-            return checked_coordinates(storage, storage._multi_index(index), length)
+            return checked_coordinates(storage, storage.multi_index(index), length)
     if index.dtype == torch.bool:
         index = index.nonzero().squeeze(-1)
     index = index.to(torch.long).reshape(-1)
@@ -58,7 +58,7 @@ def checked_write_index(storage: Any, index: Any) -> Any:
 
 def checked_coordinates(storage: Any, index: tuple, length: int) -> tuple:
     """Bounds-check the tensor parts of a tuple index (dim 0 against the filled rows)."""
-    sizes = (length, *storage._td.shape[1:])
+    sizes = (length, *storage.content.shape[1:])
     out = []
     for dim, part in enumerate(index):
         if dim < len(sizes) and isinstance(part, torch.Tensor) and part.dtype != torch.bool:

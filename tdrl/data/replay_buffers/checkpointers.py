@@ -63,6 +63,7 @@ __all__ = [
     "NestedStorageCheckpointer",
     "StorageCheckpointerBase",
     "StorageEnsembleCheckpointer",
+    "StorageStateCheckpointer",
     "TensorStorageCheckpointer",
     "atomic_folder",
     "checkpoint_bytes",
@@ -108,7 +109,7 @@ class StorageCheckpointerBase:
     def _check_hooks(self, storage: Any) -> None:
         if self._runs_hooks:
             return
-        if getattr(storage, "_save_hooks", None) or getattr(storage, "_load_hooks", None):
+        if getattr(storage, "save_hooks", None) or getattr(storage, "load_hooks", None):
             raise ValueError(
                 f"{type(self).__name__} writes a layout of its own and runs no save / load "
                 "hooks, but the storage has some registered: use the default "
@@ -173,8 +174,8 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
     _runs_hooks = True
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        items = list(storage._storage)
-        hooks = getattr(storage, "_save_hooks", ())
+        items = list(storage)
+        hooks = storage.save_hooks
         if hooks:
             items = _hooked_list(_run_hooks(hooks, items, path=folder), "save")
         entries = []
@@ -204,7 +205,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
                 items.append(value.clone())
             else:
                 items.append(_pytree.tree_map(torch.clone, value))
-        hooks = getattr(storage, "_load_hooks", ())
+        hooks = storage.load_hooks
         if hooks:
             items = _hooked_list(_run_hooks(hooks, items, out=None), "load")
         if len(items) > storage.max_size:
@@ -212,7 +213,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
                 f"storage size mismatch: the checkpoint holds {len(items)} items, the storage "
                 f"takes at most {storage.max_size}"
             )
-        storage._storage = items
+        storage.load_state_dict({"_storage": items})
 
 
 def _hooked_list(items: Any, kind: str) -> list:
@@ -224,16 +225,13 @@ def _hooked_list(items: Any, kind: str) -> list:
 
 
 def _storage_layout(storage: Any) -> dict:
-    td = storage._td
-    layout = tensordict_layout(td)
+    layout = tensordict_layout(storage.content)
     return {
-        "kind": storage._kind,
+        "kind": storage.kind,
         "ndim": storage.ndim,
         "max_size": storage.max_size,
-        "len": storage._len_along_dim0,
-        "treespec": None
-        if storage._treespec is None
-        else _pytree.treespec_dumps(storage._treespec),
+        "len": storage.len_along_dim0,
+        "treespec": None if storage.treespec is None else _pytree.treespec_dumps(storage.treespec),
         "layout": layout,
         # older checkpoints cut the root batch size to ``ndim`` dims (see full_batch_size)
         "full_batch_size": True,
@@ -241,7 +239,7 @@ def _storage_layout(storage: Any) -> dict:
 
 
 def _leaf_entries(storage: Any) -> list[tuple[tuple, torch.Tensor]]:
-    td = storage._td
+    td = storage.content
     return [
         (key if isinstance(key, tuple) else (key,), td.get(key))
         for key in td.keys(include_nested=True, leaves_only=True)
@@ -257,22 +255,20 @@ def _prepare_storage(
             f"storage ndim mismatch: expected ndim={storage.ndim}, got a checkpoint with ndim={meta['ndim']}"
         )
     layout = meta["layout"]
-    if storage._td is None:
-        tensors = storage._allocate(template)
+    if storage.content is None:
+        tensors = storage.allocate_leaves(template)
         td = empty_tensordict(layout)
         for (key, _, _), tensor in zip(template, tensors):
             td.set(key, tensor)
         if meta["kind"] == "tensordict" and not meta.get("full_batch_size"):
             td = full_batch_size(td, storage.ndim)
-        device = storage._storage_device()
-        if device is not None:
-            td = td.to(device)
-        storage._kind = meta["kind"]
-        if meta["treespec"] is not None:
-            storage._treespec = _pytree.treespec_loads(meta["treespec"])
+        treespec = meta["treespec"]
         storage.max_size = int(meta["max_size"])
-        storage._td = td
-        storage._build_plans()
+        storage.adopt_content(
+            td,
+            kind=meta["kind"],
+            treespec=None if treespec is None else _pytree.treespec_loads(treespec),
+        )
         return
     expected = {key: (shape, dtype) for key, shape, dtype in template}
     current = {key: (tuple(value.shape), value.dtype) for key, value in _leaf_entries(storage)}
@@ -335,11 +331,11 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     _runs_hooks = True
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        if storage._td is None:
+        if storage.content is None:
             return {"initialized": False}
-        if getattr(storage, "_save_hooks", None):
+        if storage.save_hooks:
             return self._dump_hooked(storage, folder)
-        length = storage._len_along_dim0
+        length = storage.len_along_dim0
         entries = []
         for number, (key, value) in enumerate(_leaf_entries(storage)):
             entry = save_tensor(folder, f"leaf_{number}", value[:length])
@@ -362,7 +358,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         """Write what the save hooks make of the content, in chronological order."""
         timeline = storage_timeline(storage)
         content = chronological_content(storage, timeline)
-        content = _run_hooks(storage._save_hooks, content, path=folder)
+        content = _run_hooks(storage.save_hooks, content, path=folder)
         try:
             saved = save_object(folder, "hooked", content)
         except TypeError as err:
@@ -387,7 +383,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     def _load_hooked(self, storage: Any, folder: str, meta: dict) -> None:
         """Run the load hooks on what :meth:`_dump_hooked` wrote and fill the storage."""
         content = load_object(folder, meta["hooked"], "the content written by the save hooks")
-        content = _run_hooks(getattr(storage, "_load_hooks", ()), content, out=None)
+        content = _run_hooks(storage.load_hooks, content, out=None)
         template = _item_template(meta["template"])
         _prepare_storage(storage, meta, template)
         timeline = _timeline_of(meta)
@@ -406,16 +402,16 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 )
             value = value.reshape(timeline.size, *dst.shape[ndim:])
             _flat_view(dst, ndim).index_copy_(0, order, value.to(dst.device, dst.dtype))
-        storage._set_len_along_dim0(timeline.length)
+        storage.set_len_along_dim0(timeline.length)
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         if not meta.get("initialized"):
-            storage._empty()
+            storage.empty()
             return
         if "hooked" in meta:
             self._load_hooked(storage, folder, meta)
             return
-        if getattr(storage, "_load_hooks", None):
+        if storage.load_hooks:
             raise ValueError(
                 f"the checkpoint in {folder} was written without save hooks, but the storage "
                 "has load hooks registered: load it into a storage without them"
@@ -429,11 +425,11 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                     f"(the rows saved for entry {tuple(entry['key'])}), got {length!r}"
                 )
         _prepare_storage(storage, meta, self._template(meta))
-        td = storage._td
+        td = storage.content
         for entry in meta["entries"]:
             key = tuple(entry["key"])
             td.get(key)[:length].copy_(load_tensor(folder, entry, f"entry {key}"))
-        storage._set_len_along_dim0(length)
+        storage.set_len_along_dim0(length)
 
 
 def chronological_content(storage: Any, timeline: Timeline | None = None) -> Any:
@@ -444,18 +440,18 @@ def chronological_content(storage: Any, timeline: Timeline | None = None) -> Any
     save hooks receive.
     """
     timeline = storage_timeline(storage) if timeline is None else timeline
-    td = storage._td
+    td = storage.content
     flat = td if storage.ndim == 1 else td.flatten(0, storage.ndim - 1)
     chrono = flat[timeline.all_flat()]
     if storage.ndim > 1:
         chrono = chrono.unflatten(0, (timeline.streams, timeline.length))
-    return storage._wrap(chrono)
+    return storage.wrap_content(chrono)
 
 
 def _content_leaves(storage: Any, content: Any) -> dict[tuple, torch.Tensor]:
     """The leaves of loaded content by storage key; a clear error when the structure differs."""
     hint = "(do the load hooks undo the save hooks?)"
-    kind = storage._kind
+    kind = storage.kind
     if kind == "tensordict":
         if not isinstance(content, TensorDictBase):
             raise TypeError(
@@ -472,13 +468,13 @@ def _content_leaves(storage: Any, content: Any) -> dict[tuple, torch.Tensor]:
                 f"content type mismatch after the load hooks: expected a tensor, got "
                 f"{type(content).__name__} {hint}"
             )
-        leaves = {(storage._keys[0][0],): content}
+        leaves = {(storage.stored_keys[0][0],): content}
     else:
         flat, spec = _pytree.tree_flatten(content)
-        if spec != storage._treespec:
+        if spec != storage.treespec:
             raise ValueError(
                 f"content structure mismatch after the load hooks: expected a pytree "
-                f"structured as {storage._treespec}, got {spec} {hint}"
+                f"structured as {storage.treespec}, got {spec} {hint}"
             )
         leaves = {(str(i),): leaf for i, leaf in enumerate(flat)}
     expected = {key for key, _ in _leaf_entries(storage)}
@@ -512,38 +508,85 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
     format_name = "tdrl.StorageEnsemble"
 
     def _dump(self, storage: Any, folder: str) -> dict:
-        for number, sub in enumerate(storage._storages):
+        for number, sub in enumerate(storage.storages):
             default_checkpointer(sub).dumps(sub, os.path.join(folder, f"storage_{number}"))
-        return {"count": len(storage._storages)}
+        return {"count": len(storage.storages)}
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
-        if int(meta["count"]) != len(storage._storages):
+        if int(meta["count"]) != len(storage.storages):
             raise ValueError(
-                f"storage count mismatch: the ensemble has {len(storage._storages)} storages, the "
+                f"storage count mismatch: the ensemble has {len(storage.storages)} storages, the "
                 f"checkpoint holds {meta['count']}"
             )
-        for number, sub in enumerate(storage._storages):
+        for number, sub in enumerate(storage.storages):
             default_checkpointer(sub).loads(sub, os.path.join(folder, f"storage_{number}"))
 
 
+class StorageStateCheckpointer(StorageCheckpointerBase):
+    """Saves any storage through its :meth:`~Storage.state_dict` / :meth:`~Storage.load_state_dict`.
+
+    The default for storages other than tensor, list and ensemble storages (e.g. one written
+    by a user against the :class:`Storage` contract). The state may hold tensors,
+    TensorDicts and JSON values, nested in dicts and lists. Save / load hooks are not run.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tdrl.data.replay_buffers import LazyTensorStorage
+        >>> storage = LazyTensorStorage(4)
+        >>> storage.set(slice(0, 2), torch.ones(2))
+        >>> path = tempfile.mkdtemp() + "/ckpt"
+        >>> StorageStateCheckpointer().dumps(storage, path)
+        >>> other = LazyTensorStorage(4)
+        >>> StorageStateCheckpointer().loads(other, path)
+        >>> other.get(slice(None))
+        tensor([1., 1.])
+    """
+
+    format_name = "tdrl.state"
+
+    def dumps(self, storage: Any, path: str | os.PathLike) -> None:
+        """Write ``storage.state_dict()`` into the folder ``path`` (replaced atomically)."""
+        self._check_hooks(storage)
+        dump_state(storage, path)
+
+    def loads(self, storage: Any, path: str | os.PathLike) -> None:
+        """Restore a state written by :meth:`dumps` with ``storage.load_state_dict``.
+
+        Raises:
+            ValueError: when the folder is damaged or holds the state of another class.
+        """
+        self._check_hooks(storage)
+        load_state(storage, path)
+
+
 def default_checkpointer(storage: Any) -> StorageCheckpointerBase:
-    """The storage's own checkpointer, or the default one for its type."""
+    """The storage's own checkpointer, or the default one for its type.
+
+    Storages of other types are saved through their state dict
+    (:class:`StorageStateCheckpointer`).
+    """
+    from tdrl.data.replay_buffers.ensemble import StorageEnsemble
+    from tdrl.data.replay_buffers.list_storage import ListStorage
+    from tdrl.data.replay_buffers.storages import TensorStorage
+
     checkpointer = getattr(storage, "checkpointer", None)
     if checkpointer is not None:
         return checkpointer
-    if hasattr(storage, "_storages"):
+    if isinstance(storage, StorageEnsemble):
         return StorageEnsembleCheckpointer()
-    if hasattr(storage, "_td"):
+    if isinstance(storage, TensorStorage):
         return TensorStorageCheckpointer()
-    if isinstance(getattr(storage, "_storage", None), list):
+    if isinstance(storage, ListStorage):
         return ListStorageCheckpointer()
+    if callable(getattr(storage, "state_dict", None)):
+        return StorageStateCheckpointer()
     raise TypeError(f"no checkpointer for storages of type {type(storage).__name__}")
 
 
 # -- whole buffers -------------------------------------------------------------------------------
 def _buffer_checkpointer(buffer: Any) -> StorageCheckpointerBase:
     """The storage's checkpointer, else the buffer's ``checkpointer`` argument, else the default."""
-    storage = buffer._storage
+    storage = buffer.storage
     if (
         getattr(storage, "checkpointer", None) is None
         and getattr(buffer, "checkpointer", None) is not None
@@ -555,10 +598,10 @@ def _buffer_checkpointer(buffer: Any) -> StorageCheckpointerBase:
 def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
     """Save a replay buffer's storage, sampler and writer (not its transforms) under ``path``."""
     with atomic_folder(path, guarded=True) as folder:
-        storage = buffer._storage
+        storage = buffer.storage
         _buffer_checkpointer(buffer).dumps(storage, os.path.join(folder, "storage"))
-        dump_state(buffer._sampler, os.path.join(folder, "sampler"))
-        dump_state(buffer._writer, os.path.join(folder, "writer"))
+        dump_state(buffer.sampler, os.path.join(folder, "sampler"))
+        dump_state(buffer.writer, os.path.join(folder, "writer"))
         extra: dict[str, Any] = {"batch_size": buffer._batch_size}
         if buffer._rng is not None:
             extra["rng"] = save_tensor(folder, "rng_state", buffer._rng.get_state())
@@ -570,8 +613,8 @@ def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
                 "class": type(buffer).__name__,
                 "components": {
                     "storage": type(storage).__name__,
-                    "sampler": type(buffer._sampler).__name__,
-                    "writer": type(buffer._writer).__name__,
+                    "sampler": type(buffer.sampler).__name__,
+                    "writer": type(buffer.writer).__name__,
                 },
                 **extra,
             },
@@ -612,7 +655,7 @@ def load_buffer(buffer: Any, path: str | os.PathLike) -> None:
 def _load_buffer(buffer: Any, folder: str) -> None:
     meta = read_metadata(folder, "tdrl.ReplayBuffer")
     batch_size, rng_state = _checked_buffer_meta(folder, meta, buffer)
-    sampler, writer, storage = buffer._sampler, buffer._writer, buffer._storage
+    sampler, writer, storage = buffer.sampler, buffer.writer, buffer.storage
     previous = (sampler.state_dict(), writer.state_dict())
     try:
         load_state(sampler, os.path.join(folder, "sampler"))

@@ -122,8 +122,8 @@ def update_if_present(
 ) -> UpdateResult:
     """See :meth:`ReplayBuffer.update_if_present`."""
     storage, writer = buffer.storage, buffer.writer
-    if getattr(storage, "_slot_generations", None) is None and not getattr(
-        storage, "_tracks_generations", False
+    if getattr(storage, "slot_generations", None) is None and not getattr(
+        storage, "tracks_generations", False
     ):
         raise DataTypeError(
             "update_if_present makes conditional writes, which need a tensor storage keeping "
@@ -157,7 +157,7 @@ def update_if_present(
     # validate the whole patch before writing anything
     entries = []
     for key, value in _patch_items(patch):
-        stored = storage._leaf(key)
+        stored = storage.leaf(key)
         entries.append(
             (key, stored, _per_item(value, tuple(stored.shape[ndim:]), count, key, stored.dtype))
         )
@@ -168,21 +168,21 @@ def update_if_present(
                 f"version_key {version_key!r} may not appear in patch: the version given is "
                 "written there"
             )
-        stored_version = storage._leaf(version_key)
+        stored_version = storage.leaf(version_key)
         if math.prod(stored_version.shape[ndim:]) != 1:
             raise ValueError(
                 f"the version entry {version_key!r} must hold one number per item, got shape "
                 f"{tuple(stored_version.shape)}"
             )
         version = _versions(version, count, stored_version.dtype)
-    generations = storage._slot_generations
+    generations = storage.slot_generations
     if generations is None:  # nothing was ever written: every handle is stale
         stale = torch.zeros(count, dtype=torch.bool)
         rejected = stale.clone() if versioned else None
         return UpdateResult(stale, 0, count, rejected, 0 if versioned else None)
     with buffer._replay_lock:
         rows = index if ndim == 1 else index[:, 0]
-        in_range = (rows >= 0) & (rows < storage._len_along_dim0)
+        in_range = (rows >= 0) & (rows < storage.len_along_dim0)
         if ndim > 1:
             for dim, size in enumerate(storage.shape[1:ndim], start=1):
                 in_range &= (index[:, dim] >= 0) & (index[:, dim] < size)
@@ -195,7 +195,7 @@ def update_if_present(
         if versioned:
             stored = stored_version[coords].reshape(count)
             newer = version > stored if require_newer else version >= stored
-            updated = _highest_version_per_row(live & newer, storage._ravel(safe), version)
+            updated = _highest_version_per_row(live & newer, storage.ravel_index(safe), version)
             rejected = live & ~updated
         chosen = updated.nonzero().squeeze(-1)
         if chosen.numel():
@@ -207,7 +207,7 @@ def update_if_present(
                 stored_version[target] = (
                     version[chosen].reshape(-1, *item_shape).to(stored_version.device)
                 )
-            storage._mark_written()
+            storage.mark_written()
     return UpdateResult(
         updated=updated,
         updated_count=int(updated.sum()),

@@ -68,6 +68,11 @@ class StorageEnsemble(Storage):
     def __getitem__(self, index: int) -> Storage:
         return self._storages[index]
 
+    @property
+    def storages(self) -> tuple[Storage, ...]:
+        """The storages of the ensemble, in order."""
+        return tuple(self._storages)
+
     def get(self, index: Any) -> list:
         """Read ``(buffer_ids, indices)``: a list with the data of each selected storage."""
         if isinstance(index, int):
@@ -98,9 +103,10 @@ class StorageEnsemble(Storage):
     def __len__(self) -> int:
         return sum(len(storage) for storage in self._storages)
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
+        """Empty every storage of the ensemble."""
         for storage in self._storages:
-            storage._empty()
+            storage.empty()
 
     def state_dict(self) -> dict[str, Any]:
         """The states of the storages."""

@@ -123,7 +123,7 @@ class PromptGroupSampler(Sampler):
             )
 
     def _groups(self, storage: Any) -> _GroupIndex:
-        stamp = (id(storage), getattr(storage, "_mutation_revision", None))
+        stamp = (id(storage), getattr(storage, "mutation_revision", None))
         if self._group_index is not None and self._index_of == stamp and stamp[1] is not None:
             return self._group_index
         length = len(storage)
@@ -150,7 +150,8 @@ class PromptGroupSampler(Sampler):
                     f"a numeric tensor, got {type(reward).__name__}"
                 )
             reward = reward.reshape(length, -1).sum(-1).to(torch.float64).cpu()
-        last = getattr(storage, "_last_cursor_index", length - 1)
+        last = getattr(storage, "last_cursor_index", None)
+        last = length - 1 if last is None else last
         rows = length if length < storage.max_size else storage.max_size
         age = (last - torch.arange(length)).remainder(max(rows, 1))
         self._group_index = _GroupIndex(members, age, reward)

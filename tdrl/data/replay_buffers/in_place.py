@@ -92,4 +92,4 @@ class InPlaceAccess:
             write(view)
             # samplers caching what they read from the storage (trajectory bounds) see the
             # change; priorities are kept, as these writes update entries, not items
-            storage._mark_written()
+            storage.mark_written()

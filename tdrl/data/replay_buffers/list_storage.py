@@ -103,14 +103,16 @@ class ListStorage(Storage):
             raise _out_of_range(index, length)
         return [self._storage[i] for i in indices]
 
-    def _gather(self, index: Any) -> Any:
+    def gather(self, index: Any) -> Any:
+        """The items at a sampler's index tensor, as a list (no bounds check)."""
         storage = self._storage
         return [storage[i] for i in index.tolist()]
 
     def __len__(self) -> int:
         return len(self._storage)
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
+        """Forget every item."""
         self._storage.clear()
         self._mutation_revision += 1
         self._last_cursor_index = -1
@@ -176,8 +178,9 @@ class LazyStackStorage(ListStorage):
         out = super().get(index)
         return out if isinstance(index, (int, np.integer)) else self._stack(out)
 
-    def _gather(self, index: Any) -> Any:
-        return self._stack(super()._gather(index))
+    def gather(self, index: Any) -> Any:
+        """The items at a sampler's index tensor, stacked lazily."""
+        return self._stack(super().gather(index))
 
     def __repr__(self) -> str:
         return f"LazyStackStorage(items={len(self)}, max_size={self.max_size}, stack_dim={self.stack_dim})"

@@ -169,7 +169,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         if not self.strict_length or self.span[1] not in (False, 0):
             seq = torch.minimum(length - first, torch.full_like(first, slice_len))
         index, info = self._indices(storage, segments, traj, start, length, first, seq, slice_len)
-        flat = storage._ravel(index) if isinstance(index, tuple) else index
+        flat = storage.ravel_index(index) if isinstance(index, tuple) else index
         lowest = tree.min()
         weight = tree.leaves().index_select(0, flat).clamp_(min=lowest)
         weight = weight.div_(lowest).pow_(-self._beta).to(self._dtype)

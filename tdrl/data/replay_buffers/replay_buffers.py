@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase, is_tensorclass
-from torch.utils import _pytree
+from tensordict import TensorDictBase
 
 from tdrl._utils import rl_warnings
 from tdrl.data.replay_buffers.buffer_indexing import assign_data, checked_write_index, index_data
@@ -30,9 +29,12 @@ from tdrl.data.replay_buffers.storages import (
     TensorStorage,
 )
 from tdrl.data.replay_buffers.utils import (
+    built_component,
     checked_batch_size,
+    copied_views,
     item_list,
     move_extend_dim,
+    pinned,
     stack_items,
 )
 from tdrl.data.replay_buffers.writers import RoundRobinWriter, Writer
@@ -44,46 +46,9 @@ __all__ = [
     "TensorDictReplayBuffer",
 ]
 
-_INFO_KEYS = ("index", "priority_weight")
-
 
 def _identity(data: Any) -> Any:
     return data
-
-
-def _component(value: Any, kind: type, name: str) -> Any:
-    """``value`` if it is a ``kind`` instance (or ``None``), else what the factory ``value`` builds."""
-    if value is None or isinstance(value, kind):
-        return value
-    if not callable(value):
-        raise TypeError(
-            f"{name} must be a {kind.__name__} or a callable building one, got {type(value).__name__}"
-        )
-    built = value()
-    if not isinstance(built, kind):
-        raise TypeError(
-            f"the {name} factory must return a {kind.__name__}, got {type(built).__name__}"
-        )
-    return built
-
-
-def _copied(data: Any) -> Any:
-    """A copy of views read from a tensor storage (other objects are returned as they are)."""
-    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
-        return data.clone()
-    if isinstance(data, (list, str)) or data is None:
-        return data
-    return _pytree.tree_map(
-        lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, data
-    )
-
-
-def _pin(data: Any) -> Any:
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
-        return data.pin_memory()
-    return _pytree.tree_map(
-        lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, data
-    )
 
 
 class ReplayBuffer(InPlaceAccess):
@@ -199,11 +164,11 @@ class ReplayBuffer(InPlaceAccess):
 
     def _initialize(self) -> None:
         """Build the components (from their factories when given) and wire them together."""
-        storage = _component(self._init_storage, Storage, "storage")
+        storage = built_component(self._init_storage, Storage, "storage")
         if storage is None:
             storage = ListStorage(max_size=1000)
-        sampler = _component(self._init_sampler, Sampler, "sampler")
-        writer = _component(self._init_writer, Writer, "writer")
+        sampler = built_component(self._init_sampler, Sampler, "sampler")
+        writer = built_component(self._init_writer, Writer, "writer")
         self._storage = storage
         storage.attach(self)
         self._sampler = sampler if sampler is not None else RandomSampler()
@@ -288,13 +253,8 @@ class ReplayBuffer(InPlaceAccess):
         if not self._initialized:
             return self
         if shared and isinstance(self._storage, TensorStorage):
-            self._storage._shared_init = True
-            self._storage._share_len()
-            if self._storage.initialized:
-                self._storage._td.share_memory_()
-            else:
-                # the first write, in whichever process, allocates where every process sees it
-                self._storage._enable_shared_init()
+            # the first write, in whichever process, allocates where every process sees it
+            self._storage.share_memory_()
         if shared:
             self._sampler.share()
         return self
@@ -400,7 +360,7 @@ class ReplayBuffer(InPlaceAccess):
                 return
             index = torch.tensor([index])
         if index.numel():
-            self._sampler.extend(storage._rows_to_flat(index) if storage.ndim > 1 else index)
+            self._sampler.extend(storage.rows_to_flat(index) if storage.ndim > 1 else index)
 
     def add(self, data: Any) -> int:
         """Write one item; returns its index."""
@@ -529,11 +489,11 @@ class ReplayBuffer(InPlaceAccess):
             return self[:][key]
         with self._replay_lock:
             if self._in_data_layout(index):
-                data = _copied(index_data(self._data_layout_view(), index))
+                data = copied_views(index_data(self._data_layout_view(), index))
             else:
                 data = self._storage.get(index)
                 if isinstance(index, (int, np.integer, slice, range, tuple)):
-                    data = _copied(data)
+                    data = copied_views(data)
         if not isinstance(index, (int, np.integer)):
             data = self._collate_fn(data)
         if len(self._transform):
@@ -541,7 +501,7 @@ class ReplayBuffer(InPlaceAccess):
         return data
 
     def _gather(self, index: Any, info: dict) -> Any:
-        return self._collate_fn(self._storage._gather(index))
+        return self._collate_fn(self._storage.gather(index))
 
     # -- the data's own layout (multi-dim storages extended along dim_extend > 0) ------------------
     def _in_data_layout(self, index: Any) -> bool:
@@ -574,8 +534,8 @@ class ReplayBuffer(InPlaceAccess):
         # the flat storage indices of the written items, for the sampler and the storage
         grid = torch.arange(len(storage)).reshape(storage.shape[: storage.ndim])
         written = move_extend_dim(grid, self.dim_extend)[index].reshape(-1)
-        storage._mark_written()
-        self._sampler.mark_update(storage._unravel(written), storage=storage)
+        storage.mark_written()
+        self._sampler.mark_update(storage.unravel_index(written), storage=storage)
 
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         with self._replay_lock:
@@ -587,7 +547,7 @@ class ReplayBuffer(InPlaceAccess):
         if self._transform._transforms:
             data = self._transform(data)
         if self._pin_memory:
-            data = _pin(data)
+            data = pinned(data)
         return data, info
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -641,7 +601,7 @@ class ReplayBuffer(InPlaceAccess):
             self._prefetch_queue.clear()
             self._writer._empty(empty_write_count)
             self._sampler._empty()
-            self._storage._empty()
+            self._storage.empty()
 
     def update_if_present(
         self,
@@ -797,7 +757,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         compilable: bool | None = None,
     ) -> None:
         # the priority trees are sized from the storage: a storage factory is built now
-        storage = _component(storage, Storage, "storage")
+        storage = built_component(storage, Storage, "storage")
         if storage is None:
             storage = ListStorage(max_size=1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)

@@ -189,7 +189,7 @@ class RandomSampler(Sampler):
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         """Draw ``batch_size`` indices uniformly among stored items."""
-        return storage._rand_given_ndim(batch_size, self._rng), {}
+        return storage.random_index(batch_size, self._rng), {}
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -279,7 +279,7 @@ class SamplerWithoutReplacement(Sampler):
                 f"The batch size ({batch_size}) is greater than the storage capacity ({length} "
                 "items stored): with drop_last=True no full batch can be drawn"
             )
-        return storage._unravel(self._next_batch(length, batch_size)), {}
+        return storage.unravel_index(self._next_batch(length, batch_size)), {}
 
     @property
     def ran_out(self) -> bool:
@@ -484,7 +484,7 @@ class PrioritizedSampler(Sampler):
             value.clamp_(min=lowest)
         # the ratio is >= 1, so weights never exceed 1
         weight = torch.div(value, lowest, out=torch.empty(batch_size, dtype=self._dtype))
-        return storage._unravel(index), {"priority_weight": weight.pow_(-self._beta)}
+        return storage.unravel_index(index), {"priority_weight": weight.pow_(-self._beta)}
 
     def _set(self, index: torch.Tensor, value: torch.Tensor | float) -> None:
         self._tree.update(index, value)
@@ -507,7 +507,11 @@ class PrioritizedSampler(Sampler):
     @_across_processes
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
         """Overwritten items get the default priority."""
-        flat = storage._ravel(index) if storage is not None else torch.as_tensor(index).reshape(-1)
+        flat = (
+            storage.ravel_index(index)
+            if storage is not None
+            else torch.as_tensor(index).reshape(-1)
+        )
         self._set(flat, self.default_priority)
 
     def _reduce(self, priority: torch.Tensor) -> torch.Tensor:
@@ -536,7 +540,7 @@ class PrioritizedSampler(Sampler):
         if type(index) is not torch.Tensor or index.dtype != torch.long or index.ndim != 1:
             index = self._flat_index(index, storage)
         elif storage is not None and getattr(storage, "ndim", 1) > 1:
-            index = storage._ravel(index)
+            index = storage.ravel_index(index)
         if type(priority) is not torch.Tensor:
             priority = torch.as_tensor(priority, dtype=torch.float64)
         elif priority.requires_grad or not priority.is_cpu:
@@ -559,7 +563,7 @@ class PrioritizedSampler(Sampler):
         torch.add(priority, self._eps_tensor, out=value)
         if self._alpha != 1.0:
             value.pow_(self._alpha)
-        self._tree._write(index, value)
+        self._tree.write(index, value)
         if self._max_tree is not None:
             self._max_tree.update(index, value)
         if high > self._max_priority:
@@ -587,7 +591,7 @@ class PrioritizedSampler(Sampler):
         if isinstance(index, tuple) or (storage is not None and getattr(storage, "ndim", 1) > 1):
             if storage is None:
                 raise ValueError("multi-dimensional indices need the storage to be flattened")
-            return storage._ravel(index)
+            return storage.ravel_index(index)
         index = torch.as_tensor(index)
         if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
             raise TypeError(

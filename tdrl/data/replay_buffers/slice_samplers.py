@@ -48,8 +48,8 @@ def _key_in(td: TensorDictBase, key: Any) -> bool:
 
 
 def _stored_td(storage: Any) -> TensorDictBase | None:
-    td = getattr(storage, "_td", None)
-    if td is None or getattr(storage, "_kind", None) != "tensordict":
+    td = getattr(storage, "content", None)
+    if td is None or getattr(storage, "kind", None) != "tensordict":
         return None
     return td
 
@@ -257,7 +257,7 @@ class SliceSampler(Sampler):
 
     def _segments(self, storage: Any) -> Segments:
         static = self._static_ends is not None or self._static_traj is not None
-        revision = getattr(storage, "_mutation_revision", None)
+        revision = getattr(storage, "mutation_revision", None)
         if (self.cache_values or static) and "segments" in self._cache:
             # a write through another buffer sharing the storage changes its revision too
             if static or revision is None or self._cache.get("revision") == revision:
@@ -567,7 +567,7 @@ class SliceSampler(Sampler):
             shape = self._is_init_shape
             info[IS_INIT_KEY] = marks.reshape(-1, *([1] * len(shape))).expand(-1, *shape)
         flat = segments.timeline.to_flat(position)
-        index = storage._unravel(flat) if getattr(storage, "ndim", 1) > 1 else flat
+        index = storage.unravel_index(flat) if getattr(storage, "ndim", 1) > 1 else flat
         if self.truncated_key is not None:
             at_stop = (first + seq_len) == length
             terminated_end = at_stop.logical_and_(segments.terminated.index_select(0, traj))

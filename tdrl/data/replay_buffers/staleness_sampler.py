@@ -91,7 +91,7 @@ class StalenessAwareSampler(Sampler):
                     f"{float(staleness.min())}): write fresher data or raise max_staleness"
                 )
         index = torch.multinomial(weight, batch_size, replacement=True, generator=self._rng)
-        return storage._unravel(index), {"staleness": staleness[index].to(torch.float32)}
+        return storage.unravel_index(index), {"staleness": staleness[index].to(torch.float32)}
 
     def state_dict(self) -> dict[str, Any]:
         """The consumer version and the staleness limit."""

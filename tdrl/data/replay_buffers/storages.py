@@ -12,21 +12,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from tensordict import TensorDict, TensorDictBase
 from torch.utils import _pytree
 
 from tdrl.data.replay_buffers.list_storage import LazyStackStorage, ListStorage
 from tdrl.data.replay_buffers.shared_init import SharedInit
 from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range, range_index
 from tdrl.data.replay_buffers.storage_state import from_plain_state, full_batch_size, plain_state
+from tdrl.data.replay_buffers.tensor_layout import TensorLayout, as_key_tuple
 from tdrl.data.replay_buffers.utils import (
-    collect_leaves,
     expand_to_items,
     gather_source,
-    keys_of,
     retyped,
-    tensordict_plan,
-    untyped,
 )
 
 __all__ = [
@@ -38,14 +35,8 @@ __all__ = [
     "TensorStorage",
 ]
 
-_TENSOR_KEY = "_tensor"
 
-
-def _as_tuple(key: Any) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
-
-
-class TensorStorage(SharedInit, Storage):
+class TensorStorage(SharedInit, TensorLayout, Storage):
     """A storage over contiguous tensors: a tensor, a TensorDict or a pytree of tensors.
 
     All items share one structure; reading a batch is one gather per leaf. ``len`` counts
@@ -120,52 +111,19 @@ class TensorStorage(SharedInit, Storage):
         """Whether the storage has been allocated (by any process, when it is shared)."""
         return self._attached()
 
-    def _adopt(self, storage: Any) -> None:
-        """Wrap a container (tensor, TensorDict, tensorclass or pytree) as the internal TensorDict."""
-        if isinstance(storage, TensorDictBase) or is_tensorclass(storage):
-            self._kind = "tensordict"
-            td, self._tc_types = untyped(storage)
-        elif isinstance(storage, torch.Tensor):
-            self._kind = "tensor"
-            td = TensorDict({_TENSOR_KEY: storage}, batch_size=storage.shape[: self.ndim])
-        else:
-            leaves, self._treespec = _pytree.tree_flatten(storage)
-            if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
-                raise TypeError(
-                    f"{type(self).__name__} stores tensors, TensorDicts or pytrees of tensors; "
-                    f"got {type(storage).__name__}"
-                )
-            self._kind = "pytree"
-            td = TensorDict(
-                {str(i): leaf for i, leaf in enumerate(leaves)},
-                batch_size=leaves[0].shape[: self.ndim],
-            )
-        if td.batch_dims < self.ndim:
-            raise ValueError(
-                f"storage shape mismatch: expected at least {self.ndim} batch dimensions, got {tuple(td.shape)}"
-            )
-        self._td = td
-        self._build_plans()
+    def share_memory_(self) -> TensorStorage:
+        """Keep the content and the length where processes started later see them.
 
-    def _build_plans(self) -> None:
-        td = self._td
-        if self._tracks_generations and (
-            self._slot_generations is None or self._slot_generations.numel() != td.shape[0]
-        ):
-            self._allocate_generations()
-        self._plan = tensordict_plan(td, td.batch_dims)
-        self._keys = keys_of(self._plan)
-        self._leaves = [td.get(key) for key in self._keys]
-        self._item_shape = tuple(td.shape[1:])
-        # batch dims of each item beyond the ``ndim`` indexing dims ([N, T] items with ndim=1)
-        self._trailing = tuple(td.shape[self.ndim :])
-        flat = td if self.ndim == 1 else td.flatten(0, self.ndim - 1)
-        self._flat_plan = tensordict_plan(flat, flat.batch_dims)
-        self._flat_leaves = [flat.get(key) for key in self._keys]
-        self._strides = torch.tensor(
-            [math.prod(td.shape[d + 1 : self.ndim]) for d in range(self.ndim)], dtype=torch.long
-        )
-        self._out_device = self._td.device
+        An allocated storage moves its tensors to shared memory; a lazy one still empty
+        allocates there (in files every process maps) on its first write, in any process.
+        """
+        self._shared_init = True
+        self._share_len()
+        if self.initialized:
+            self._td.share_memory_()
+        else:
+            self._enable_shared_init()
+        return self
 
     def _bind_counters(self) -> None:
         counters = self._counters.numpy()
@@ -180,7 +138,12 @@ class TensorStorage(SharedInit, Storage):
             self._slot_generations.share_memory_()
 
     # -- write generations -------------------------------------------------------------------------
-    def _enable_generations(self) -> None:
+    @property
+    def tracks_generations(self) -> bool:
+        """Whether a write generation is kept per row (see :meth:`enable_generations`)."""
+        return self._tracks_generations
+
+    def enable_generations(self) -> None:
         """Keep a write generation per row (asked for by writers with ``track_generations``)."""
         self._tracks_generations = True
         if self._td is not None and self._slot_generations is None:
@@ -193,7 +156,12 @@ class TensorStorage(SharedInit, Storage):
             generations.share_memory_()
         self._slot_generations = generations
 
-    def _advance_generations(self, rows: torch.Tensor) -> None:
+    @property
+    def slot_generations(self) -> torch.Tensor | None:
+        """Per-row write counts (``-1``: never written), or ``None`` when no writer asked for them."""
+        return self._slot_generations
+
+    def advance_generations(self, rows: torch.Tensor) -> None:
         """Count one write per entry of ``rows`` (repeated rows were written several times)."""
         generations = self._slot_generations
         if generations is not None:
@@ -233,181 +201,6 @@ class TensorStorage(SharedInit, Storage):
             return None
         return self._wrap(self._td)
 
-    def _wrap(self, td: TensorDictBase) -> Any:
-        if self._kind == "tensordict":
-            return td if self._tc_types is None else retyped(td, self._tc_types)
-        if self._kind == "tensor":
-            return td.get(_TENSOR_KEY)
-        return _pytree.tree_unflatten(
-            [td.get(str(i)) for i in range(len(self._keys))], self._treespec
-        )
-
-    def _data_leaves(self, data: Any) -> list[torch.Tensor]:
-        """The leaves of ``data`` in storage order; a clear error when the structure differs."""
-        if self._kind == "tensordict":
-            if not isinstance(data, TensorDictBase):
-                if is_tensorclass(data):
-                    data = data._tensordict
-                else:
-                    raise TypeError(
-                        f"data type mismatch: this storage holds TensorDicts, got {type(data).__name__}"
-                    )
-            leaves: list[torch.Tensor] = []
-            try:
-                collect_leaves(data, self._plan, (), leaves)
-            except ValueError:
-                if not self.add_entries(data):
-                    raise
-                leaves = []
-                collect_leaves(data, self._plan, (), leaves)
-            return leaves
-        if self._kind == "tensor":
-            if not isinstance(data, torch.Tensor):
-                if isinstance(data, TensorDictBase):
-                    raise TypeError(
-                        "data type mismatch: this storage holds tensors, got a TensorDict"
-                    )
-                data = torch.as_tensor(data)
-            return [data]
-        leaves, spec = _pytree.tree_flatten(data)
-        if spec != self._treespec:
-            raise ValueError(
-                f"data structure mismatch: expected a pytree structured as {self._treespec}, got {spec}"
-            )
-        return leaves
-
-    # -- lazy allocation -----------------------------------------------------------------------
-    def _init(self, data: Any, batched: bool = False) -> None:
-        """Allocate the storage from the structure of the first data written.
-
-        ``data`` is one item, or items stacked along dim 0 when ``batched``.
-        """
-        tc_types = None
-        if is_tensorclass(data):
-            data, tc_types = untyped(data)
-        if isinstance(data, TensorDictBase):
-            kind = "tensordict"
-            keys = [_as_tuple(key) for key in data.keys(include_nested=True, leaves_only=True)]
-            leaves = [data.get(key) for key in keys]
-        elif isinstance(data, torch.Tensor):
-            kind, keys, leaves = "tensor", [(_TENSOR_KEY,)], [data]
-        else:
-            leaves, self._treespec = _pytree.tree_flatten(data)
-            for position, leaf in enumerate(leaves):
-                if not isinstance(leaf, (torch.Tensor, int, float, bool)):
-                    raise TypeError(
-                        f"{type(self).__name__} stores tensors only; got {type(leaf).__name__} "
-                        f"at pytree leaf {position}"
-                    )
-            leaves = [torch.as_tensor(leaf) for leaf in leaves]
-            kind, keys = "pytree", [(str(i),) for i in range(len(leaves))]
-            if not leaves:
-                raise ValueError("cannot allocate a storage from data with no tensor")
-        for key, leaf in zip(keys, leaves):
-            if not isinstance(leaf, torch.Tensor):
-                raise TypeError(
-                    f"{type(self).__name__} stores tensors only; got {type(leaf).__name__} at key {key}"
-                )
-        if kind == "tensordict":
-            batch = tuple(data.batch_size)
-        else:
-            batch = tuple(leaves[0].shape)
-        # an item's batch dims: all of them for TensorDicts, the indexing ones otherwise
-        item = batch[1:] if batched else batch
-        other = item[: self.ndim - 1]
-        if len(other) != self.ndim - 1:
-            raise ValueError(
-                f"data shape mismatch: a storage with ndim={self.ndim} needs data with at least "
-                f"{self.ndim if batched else self.ndim - 1} batch dimensions, got batch shape {batch}"
-            )
-        per_row = math.prod(other)
-        rows = -(-self.max_size // per_row)
-        self.max_size = rows * per_row
-        start = 1 if batched else 0
-        template = []
-        for key, leaf in zip(keys, leaves):
-            template.append((key, (rows, *leaf.shape[start:]), leaf.dtype))
-        tensors = self._allocate(template)
-        source: dict = {}
-        for (key, _, _), tensor in zip(template, tensors):
-            node = source
-            for part in key[:-1]:
-                node = node.setdefault(part, {})
-            node[key[-1]] = tensor
-        self._kind = kind
-        self._tc_types = tc_types
-        td_batch = (rows, *item) if kind == "tensordict" else (rows, *other)
-        td = TensorDict(source, batch_size=td_batch, device=self._storage_device())
-        if kind == "tensordict":
-            self._restore_sub_batch(td, data, batched)
-        self._td = td
-        self._build_plans()
-
-    @staticmethod
-    def _restore_sub_batch(td: TensorDictBase, data: TensorDictBase, batched: bool) -> None:
-        for key, value in data.items(include_nested=True):
-            if isinstance(value, TensorDictBase):
-                dims = value.batch_size[1:] if batched else value.batch_size
-                td.get(key).batch_size = (td.shape[0], *dims)
-
-    def _storage_device(self) -> torch.device | None:
-        return self.device
-
-    def _allocate(self, template: list, first: int = 0) -> list[torch.Tensor]:
-        """Tensors for ``template`` entries ``(key, shape, dtype)``, the first being leaf ``first``."""
-        if self._td is None:
-            raise RuntimeError(
-                f"{type(self).__name__} was not given a storage; use LazyTensorStorage to "
-                "allocate lazily"
-            )
-        return [
-            torch.empty(shape, dtype=dtype, device=self._td.device) for _, shape, dtype in template
-        ]
-
-    def add_entries(self, data: TensorDictBase) -> bool:
-        """Allocate, zero-filled, the entries of ``data`` that the stored TensorDicts lack.
-
-        A write may then bring keys the first data written did not have; the rows not
-        written to hold zeros in them. The dims of ``data``'s entries past its batch dims
-        are those of one stored value. In a storage shared with other processes, the new
-        entries exist in this process only.
-
-        Args:
-            data: a TensorDict whose batch dims cover the stored items' batch dims.
-
-        Returns:
-            whether entries were added.
-
-        Examples:
-            >>> import torch
-            >>> from tensordict import TensorDict
-            >>> storage = LazyTensorStorage(4)
-            >>> storage.set(range(2), TensorDict({"a": torch.ones(2)}, [2]))
-            >>> storage.set(range(2), TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]))
-            >>> storage.get(slice(None))["b"].shape
-            torch.Size([2, 3])
-        """
-        if self._td is None or self._kind != "tensordict" or not isinstance(data, TensorDictBase):
-            return False
-        stored = set(self._keys)
-        template = []
-        for key in data.keys(include_nested=True, leaves_only=True):
-            key = _as_tuple(key)
-            if key in stored or any(key[:i] in stored for i in range(1, len(key))):
-                continue
-            value = data.get(key)
-            if not isinstance(value, torch.Tensor) or value.ndim < data.batch_dims:
-                continue
-            shape = (*self._td.shape, *value.shape[data.batch_dims :])
-            template.append((key, shape, value.dtype))
-        if not template:
-            return False
-        for (key, _, _), tensor in zip(template, self._allocate(template, first=len(self._keys))):
-            tensor.zero_()
-            self._td.set(key, tensor)
-        self._build_plans()
-        return True
-
     # -- writing -------------------------------------------------------------------------------
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at ``cursor``.
@@ -433,11 +226,11 @@ class TensorStorage(SharedInit, Storage):
                     raise self._shape_error(key, view.shape, src.shape)
                 view.copy_(src)
         elif isinstance(cursor, tuple):
-            cursor = self._multi_index(cursor)
+            cursor = self.multi_index(cursor)
             self._write_multi(cursor, leaves)
-        elif not single and (item := self._item_index(torch.as_tensor(cursor))) is not None:
-            # computed once: _multi_index of the cursor would derive the same item again
-            cursor = self._multi_index(item if isinstance(item, tuple) else (item,))
+        elif not single and (item := self.item_index(torch.as_tensor(cursor))) is not None:
+            # computed once: multi_index of the cursor would derive the same item again
+            cursor = self.multi_index(item if isinstance(item, tuple) else (item,))
             self._write_multi(cursor, leaves)
         else:
             if isinstance(cursor, (list, np.ndarray)):
@@ -451,7 +244,7 @@ class TensorStorage(SharedInit, Storage):
         if set_cursor:
             self._grow(cursor)
 
-    def _item_index(self, index: torch.Tensor) -> Any:
+    def item_index(self, index: torch.Tensor) -> Any:
         """The item index an index tensor of more than one dim stands for, else ``None``.
 
         With ``ndim > 1``, a ``[..., ndim]`` integer tensor holds coordinates (the ``"index"``
@@ -472,10 +265,10 @@ class TensorStorage(SharedInit, Storage):
             return index[(slice(None),) + (0,) * len(trailing)]
         return None
 
-    def _multi_index(self, index: Any) -> tuple:
+    def multi_index(self, index: Any) -> tuple:
         """A tuple index with ints, lists and arrays turned into long tensors."""
         if not isinstance(index, tuple):
-            item = self._item_index(torch.as_tensor(index))
+            item = self.item_index(torch.as_tensor(index))
             return item if isinstance(item, tuple) else (item,)
         return tuple(
             torch.as_tensor(part, dtype=torch.long)
@@ -527,7 +320,8 @@ class TensorStorage(SharedInit, Storage):
         if end > int(self._len_np):
             self._len_np[()] = min(end, rows)
 
-    def _max_rows(self, data: Any = None, batched: bool = True) -> int:
+    def max_rows(self, data: Any = None, batched: bool = True) -> int:
+        """Rows of the first dimension: allocated, or inferred from ``data`` while lazy."""
         if self._td is not None:
             return self._td.shape[0]
         if self.ndim == 1 or data is None:
@@ -540,13 +334,14 @@ class TensorStorage(SharedInit, Storage):
         other = shape[1 : self.ndim] if batched else shape[: self.ndim - 1]
         return -(-self.max_size // max(math.prod(other), 1))
 
-    def _rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+    def rows_to_flat(self, rows: torch.Tensor) -> torch.Tensor:
+        """Flat item numbers of every item in the given rows of the first dimension."""
         if self.ndim == 1:
             return rows
         per_row = math.prod(self._td.shape[1 : self.ndim])
         return (rows.unsqueeze(-1) * per_row + torch.arange(per_row)).reshape(-1)
 
-    def _leaf(self, key: Any) -> torch.Tensor:
+    def leaf(self, key: Any) -> torch.Tensor:
         """The stored tensor of entry ``key`` (all rows), for writes in place."""
         value = None
         if self._td is not None and self._kind == "tensordict":
@@ -556,11 +351,11 @@ class TensorStorage(SharedInit, Storage):
             raise KeyError(f"no entry {key!r} in the stored data (stored keys: {keys})")
         return value
 
-    def _mark_written(self) -> None:
+    def mark_written(self) -> None:
         """Count a write made through a view of the content (not through :meth:`set`)."""
         self._counters_np[1] += 1
 
-    def _set_len_along_dim0(self, length: int) -> None:
+    def set_len_along_dim0(self, length: int) -> None:
         """Set the filled length (after content was written directly, e.g. by a checkpointer)."""
         counters = self._counters_np
         counters[0] = length
@@ -570,7 +365,8 @@ class TensorStorage(SharedInit, Storage):
 
     # -- reading -------------------------------------------------------------------------------
     @property
-    def _len_along_dim0(self) -> int:
+    def len_along_dim0(self) -> int:
+        """How many rows of the first dimension are filled."""
         return int(self._len_np)
 
     def __len__(self) -> int:
@@ -579,7 +375,8 @@ class TensorStorage(SharedInit, Storage):
         return int(self._len_np) * math.prod(self._item_shape[: self.ndim - 1])
 
     @property
-    def _total_shape(self) -> torch.Size | None:
+    def total_shape(self) -> torch.Size | None:
+        """The shape of :attr:`content`, all rows (``None`` before allocation)."""
         return self._td.shape if self._attached() else None
 
     @property
@@ -615,7 +412,7 @@ class TensorStorage(SharedInit, Storage):
         if indices.dtype == torch.bool:
             return self._wrap(self._valid()[indices])
         if indices.ndim > 1:
-            item = self._item_index(indices)
+            item = self.item_index(indices)
             if isinstance(item, tuple):
                 return self._wrap(self._valid()[item])
             if item is not None:
@@ -651,20 +448,22 @@ class TensorStorage(SharedInit, Storage):
         out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
         return out if self._tc_types is None else retyped(out, self._tc_types)
 
-    def _gather(self, index: Any, extra: dict | None = None) -> Any:
+    def gather(self, index: Any, extra: dict | None = None) -> Any:
         """Read sampled items with one gather per leaf (indices are trusted)."""
         if self.ndim == 1:
             return self._gather_rows(index, extra)
-        flat = self._ravel(index)
+        flat = self.ravel_index(index)
         batch = (flat.shape[0], *self._trailing)
         return self._gather_with(self._flat_plan, self._flat_leaves, flat, batch, extra)
 
-    def _unravel(self, flat_index: torch.Tensor) -> Any:
+    def unravel_index(self, flat_index: torch.Tensor) -> Any:
+        """Flat item numbers as indices: themselves, or a tuple of coordinates when ``ndim > 1``."""
         if self.ndim == 1:
             return flat_index
         return torch.unravel_index(flat_index, tuple(self._td.shape[: self.ndim]))
 
-    def _ravel(self, index: Any) -> torch.Tensor:
+    def ravel_index(self, index: Any) -> torch.Tensor:
+        """Flat item numbers of an index (coordinates, a ``[n, ndim]`` tensor or slices)."""
         if self.ndim == 1:
             if isinstance(index, tuple):
                 index = index[0]
@@ -689,7 +488,8 @@ class TensorStorage(SharedInit, Storage):
         return (index * self._strides).sum(-1)
 
     # -- state ---------------------------------------------------------------------------------
-    def _empty(self) -> None:
+    def empty(self) -> None:
+        """Forget every item (the allocated tensors stay; write generations move on)."""
         counters = self._counters_np
         counters[0] = 0
         counters[1] += 1
@@ -730,7 +530,7 @@ class TensorStorage(SharedInit, Storage):
                     self._treespec = _pytree.treespec_loads(state_dict["treespec"])
                 self.max_size = content.shape[0] * math.prod(content.shape[1 : self.ndim])
                 template = [
-                    (_as_tuple(key), tuple(content.get(key).shape), content.get(key).dtype)
+                    (as_key_tuple(key), tuple(content.get(key).shape), content.get(key).dtype)
                     for key in content.keys(include_nested=True, leaves_only=True)
                 ]
                 tensors = self._allocate(template)

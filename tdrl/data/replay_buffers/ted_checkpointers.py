@@ -44,12 +44,13 @@ __all__ = ["FlatStorageCheckpointer", "H5StorageCheckpointer", "NestedStorageChe
 
 
 def _stored_tensordict(storage: Any, name: str) -> TensorDictBase:
-    if getattr(storage, "_kind", None) != "tensordict" or storage._td is None:
+    content = getattr(storage, "content", 1)
+    if getattr(storage, "kind", None) != "tensordict" or content is None:
         raise TypeError(
             f"{name} saves TensorStorages holding TED TensorDicts, got {type(storage).__name__}"
-            + ("" if getattr(storage, "_td", 1) is not None else " (not initialized)")
+            + ("" if content is not None else " (not initialized)")
         )
-    return storage._td
+    return content
 
 
 class FlatStorageCheckpointer(TensorStorageCheckpointer):
@@ -105,7 +106,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         Returns the stored TED TensorDict, its timeline, a flat view of it and the flat
         indices in time order.
         """
-        if hasattr(storage, "_td") and storage._td is None:
+        if getattr(storage, "content", 1) is None:
             return None
         td = _stored_tensordict(storage, type(self).__name__)
         timeline = storage_timeline(storage)
@@ -167,14 +168,14 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         if not meta.get("initialized"):
-            storage._empty()
+            storage.empty()
             return
         _prepare_storage(storage, meta, self._template(meta))
         timeline = _timeline_of(meta)
         order = timeline.all_flat()
         stops = load_tensor(folder, meta["stops"], "stops")
         loaded = {tuple(e["key"]): e for e in meta["entries"]}
-        td = storage._td
+        td = storage.content
         for key, entry in loaded.items():
             dst = _flat_view(td.get(key), storage.ndim)
             value = load_tensor(folder, entry, f"entry {key}")
@@ -187,7 +188,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
                 root = load_tensor(folder, root_entry, f"entry {key[1:]}")
                 value = restore_next(root, stops, value, 1)
             dst.index_copy_(0, order, value.to(dst.device))
-        storage._set_len_along_dim0(timeline.length)
+        storage.set_len_along_dim0(timeline.length)
 
 
 class NestedStorageCheckpointer(FlatStorageCheckpointer):
@@ -329,7 +330,7 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
 
     def _load(self, storage: Any, folder: str, meta: dict) -> None:
         if not meta.get("initialized"):
-            storage._empty()
+            storage.empty()
             return
         file = os.path.join(folder, os.path.basename(str(meta.get("file", ""))))
         if not os.path.isfile(file):
@@ -338,7 +339,7 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
         timeline = _timeline_of(meta)
         order = timeline.all_flat()
         chrono = H5Combine()(file).flatten(0, 1)
-        td = storage._td
+        td = storage.content
         for entry in meta["entries"]:
             key = tuple(entry["key"])
             value = chrono.get(key, None)
@@ -346,4 +347,4 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
                 raise ValueError(f"damaged checkpoint: entry {key} is missing from {file}")
             dst = _flat_view(td.get(key), storage.ndim)
             dst.index_copy_(0, order, value.to(device=dst.device, dtype=dst.dtype))
-        storage._set_len_along_dim0(timeline.length)
+        storage.set_len_along_dim0(timeline.length)

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer, _component
+from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler
 from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
-from tdrl.data.replay_buffers.utils import expand_to_items
+from tdrl.data.replay_buffers.utils import built_component, expand_to_items
 from tdrl.data.replay_buffers.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -75,7 +75,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _gather(self, index: Any, info: dict) -> Any:
         storage = self._storage
         stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
-        if isinstance(storage, TensorStorage) and storage._kind == "tensordict":
+        if isinstance(storage, TensorStorage) and storage.kind == "tensordict":
             nested = []
             if all(type(key) is str for key in info):
                 # the usual case, flat keys: one dict, "index" first and set to stored_index
@@ -92,13 +92,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                             continue
                         key = key[0]
                     extra[key] = value
-            data = storage._gather(index, extra)
+            data = storage.gather(index, extra)
             if nested:
                 batch = tuple(data.batch_size)
                 for key, value in nested:
                     _set_gathered(data, key, expand_to_items(value, batch))
             return data
-        data = self._collate_fn(storage._gather(index))
+        data = self._collate_fn(storage.gather(index))
         if isinstance(data, TensorDictBase):
             batch = tuple(data.batch_size)
             data.set("index", expand_to_items(stored_index, batch))
@@ -152,7 +152,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if index.ndim > 1 and isinstance(storage, TensorStorage) and storage.initialized:
             # an index expanded over the batch dims of each item: one per item (the
             # priorities of an item's steps are reduced by the sampler's ``reduction``)
-            item = storage._item_index(index)
+            item = storage.item_index(index)
             if item is not None:
                 index = item
         self.update_priority(index, priority)
@@ -207,7 +207,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         compilable: bool | None = None,
     ) -> None:
         # the priority trees are sized from the storage: a storage factory is built now
-        storage = _component(storage, Storage, "storage")
+        storage = built_component(storage, Storage, "storage")
         if storage is None:
             storage = ListStorage(max_size=1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, reduction=reduction)

@@ -71,10 +71,10 @@ class Timeline(NamedTuple):
 
 
 def _writer_cursor(storage: Any) -> int | None:
-    for entity in getattr(storage, "_attached_entities", ()):
-        writer = getattr(entity, "_writer", None)
-        if writer is not None and hasattr(writer, "_cursor"):
-            return writer._cursor
+    for entity in getattr(storage, "attached_entities", ()):
+        writer = getattr(entity, "writer", None)
+        if writer is not None and getattr(writer, "cursor", None) is not None:
+            return writer.cursor
     return None
 
 
@@ -86,20 +86,18 @@ def storage_timeline(storage: Any, cursor: int | None = None) -> Timeline:
             belongs to (or ``cursor`` when given, or after the last row the storage saw written).
         cursor: the next row the writer will write (the oldest row of a full buffer).
     """
-    if hasattr(storage, "_len_along_dim0"):
-        length = storage._len_along_dim0
-        shape = storage._total_shape
-        rows = shape[0] if shape is not None else length
-        streams = math.prod(shape[1 : storage.ndim]) if shape is not None else 1
-    else:
-        length = rows = len(storage)
-        streams = 1
+    length = getattr(storage, "len_along_dim0", None)
+    length = len(storage) if length is None else length
+    shape = getattr(storage, "total_shape", None)
+    rows = shape[0] if shape is not None else length
+    streams = math.prod(shape[1 : storage.ndim]) if shape is not None else 1
     offset = 0
     if length == rows and length:
         if cursor is None:
             cursor = _writer_cursor(storage)
         if cursor is None:
-            last = getattr(storage, "_last_cursor_index", -1)
+            last = getattr(storage, "last_cursor_index", None)
+            last = -1 if last is None else last
             cursor = last + 1 if last >= 0 else None
         if cursor:
             offset = int(cursor) % rows

@@ -19,6 +19,9 @@ from torch.utils import _pytree
 from tdrl.data.replay_buffers.errors import DataValueError
 
 __all__ = [
+    "built_component",
+    "copied_views",
+    "pinned",
     "checked_batch_size",
     "collect_leaves",
     "expand_to_items",
@@ -367,3 +370,39 @@ def retyped(td: TensorDictBase, types: dict[tuple, type]) -> Any:
         for key in nested:
             td.set(key, types[key]._from_tensordict(td.get(key)))
     return root._from_tensordict(td) if root is not None else td
+
+
+def built_component(value: Any, kind: type, name: str) -> Any:
+    """``value`` if it is a ``kind`` instance (or ``None``), else what the factory ``value`` builds."""
+    if value is None or isinstance(value, kind):
+        return value
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be a {kind.__name__} or a callable building one, got {type(value).__name__}"
+        )
+    built = value()
+    if not isinstance(built, kind):
+        raise TypeError(
+            f"the {name} factory must return a {kind.__name__}, got {type(built).__name__}"
+        )
+    return built
+
+
+def copied_views(data: Any) -> Any:
+    """A copy of views read from a tensor storage (other objects are returned as they are)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase)) or is_tensorclass(data):
+        return data.clone()
+    if isinstance(data, (list, str)) or data is None:
+        return data
+    return _pytree.tree_map(
+        lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, data
+    )
+
+
+def pinned(data: Any) -> Any:
+    """``data`` with its tensors in pinned memory (tensors, TensorDicts or pytrees)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        return data.pin_memory()
+    return _pytree.tree_map(
+        lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, data
+    )

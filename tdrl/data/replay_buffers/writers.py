@@ -102,7 +102,7 @@ class Writer:
         """Attach the storage this writer writes into."""
         self._storage = storage
         if self._track_generations:
-            enable = getattr(storage, "_enable_generations", None)
+            enable = getattr(storage, "enable_generations", None)
             if enable is None:
                 raise TypeError(
                     f"track_generations needs a tensor storage, got {type(storage).__name__}"
@@ -118,13 +118,13 @@ class Writer:
     @property
     def _generation(self) -> torch.Tensor | None:
         """The generation of every row (the storage's once it is allocated)."""
-        shared = getattr(self._storage, "_slot_generations", None)
+        shared = getattr(self._storage, "slot_generations", None)
         return shared if shared is not None else self._own_generation
 
     @_generation.setter
     def _generation(self, value: Any) -> None:
         value = torch.as_tensor(value, dtype=torch.int64)
-        shared = getattr(self._storage, "_slot_generations", None)
+        shared = getattr(self._storage, "slot_generations", None)
         if shared is not None and shared.shape == value.shape:
             shared.copy_(value)
         else:
@@ -157,9 +157,9 @@ class Writer:
     def _wrote(self, rows: Any) -> None:
         """Advance the generations of the rows written (every writer does, tracking or not)."""
         storage = self._storage
-        if getattr(storage, "_slot_generations", None) is not None:
+        if getattr(storage, "slot_generations", None) is not None:
             rows = torch.as_tensor(rows).reshape(-1)
-            storage._advance_generations(rows)
+            storage.advance_generations(rows)
 
     def write_at(self, index: Any, data: Any) -> torch.Tensor:
         """Write items at the rows ``index`` rather than at the cursor (which does not move).
@@ -185,6 +185,11 @@ class Writer:
     def extend(self, data: Any) -> torch.Tensor:
         """Write items stacked along the leading dimension; returns their indices."""
         raise NotImplementedError
+
+    @property
+    def cursor(self) -> int:
+        """The next row this writer writes (the oldest one once the storage is full)."""
+        return self._cursor
 
     @property
     def _cursor(self) -> int:
@@ -290,10 +295,10 @@ class RoundRobinWriter(Writer):
             state = self._state_np
             cursor = int(state[0])
             storage.set(cursor, data)
-            state[0] = (cursor + 1) % storage._max_rows(data, batched=False)
+            state[0] = (cursor + 1) % storage.max_rows(data, batched=False)
             state[1] += 1
-            if getattr(storage, "_slot_generations", None) is not None:
-                storage._advance_generations(torch.tensor([cursor]))
+            if getattr(storage, "slot_generations", None) is not None:
+                storage.advance_generations(torch.tensor([cursor]))
         return cursor
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -305,7 +310,7 @@ class RoundRobinWriter(Writer):
         with self._lock:
             state = self._state_np
             cursor = int(state[0])
-            rows = storage._max_rows(data, batched=True)
+            rows = storage.max_rows(data, batched=True)
             index = None
             if count_new > rows:
                 data = slice_data(data, slice(count_new - rows, None))
@@ -325,9 +330,9 @@ class RoundRobinWriter(Writer):
                     index = positions
             state[0] = (cursor + written) % rows
             state[1] += count_new
-            if getattr(storage, "_slot_generations", None) is not None:
+            if getattr(storage, "slot_generations", None) is not None:
                 # every item counts, also those overwritten within this very write
-                storage._advance_generations(index)
+                storage.advance_generations(index)
         return index
 
 
@@ -452,12 +457,10 @@ class TensorDictMaxValueWriter(Writer):
         storage = self._storage
         ranks = self._rank_of(data)
         with self._lock:
-            rows = storage._max_rows(data, batched=True)
+            rows = storage.max_rows(data, batched=True)
             if self._ranks is None or self._ranks.numel() != rows:
                 self._ranks = torch.full((rows,), float("-inf"), dtype=torch.float64)
-            length = (
-                storage._len_along_dim0 if hasattr(storage, "_len_along_dim0") else len(storage)
-            )
+            length = storage.len_along_dim0 if hasattr(storage, "len_along_dim0") else len(storage)
             candidates = torch.cat([self._ranks[:length], ranks])
             keep = candidates.topk(min(rows, candidates.numel())).indices
             new_items = keep[keep >= length] - length
