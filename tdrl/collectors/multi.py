@@ -15,6 +15,7 @@ interpreter exit) stops every process.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
 import weakref
@@ -368,7 +369,12 @@ class _MultiCollector(DataCollectorBase):
         finalizer = self.__dict__.get("_finalizer")
         if finalizer is not None:
             finalizer()
-        self.__dict__.get("_buffers", {}).clear()
+        buffers = self.__dict__.get("_buffers")
+        if buffers:
+            buffers.clear()
+            # older tensordict versions (0.14) keep a received tensordict in a reference
+            # cycle: collect it now so that its shared memory is unmapped at shutdown
+            gc.collect()
 
     def _sync_pending(self) -> None:
         """Wait for batches still being collected (the asynchronous collector has some)."""
