@@ -13,7 +13,8 @@ written once. Figures, medians over alternating rounds:
   The runs are drawn anew for every call of the baseline, as ``sample()`` draws them: a few
   index sets cycled would keep their rows in the CPU caches while ``sample()`` reads rows
   from memory. That cache-warm gather (64 index sets cycled) is printed for reference.
-  Sampling figures are process CPU time (the machine may be shared), wall time beside.
+  Sampling figures are process CPU time with one torch thread (the machine may be shared),
+  wall time beside.
 
 Usage: ``python benchmarks/bench_datasets.py [--quick]``; prints a table and one JSON line.
 """
@@ -134,6 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and calls")
     args = parser.parse_args()
+    # one thread: a gather split over threads costs more CPU time than its wall time, which
+    # would flatter the CPU ratio (sample() and the bare gather then use the same one thread)
+    torch.set_num_threads(1)
     n = 1_000_000
     rounds = 3 if args.quick else 5
     calls = 100 if args.quick else 300

@@ -133,8 +133,8 @@ class _NextFrameStorage(TensorStorage):
             return self._complete(single, rows)[0]
         return self._complete(out, rows)
 
-    def gather(self, index: Any, extra: dict | None = None) -> Any:
-        out = super().gather(index, extra)
+    def gather(self, index: Any, extra: dict | None = None, given: dict | None = None) -> Any:
+        out = super().gather(index, extra, given)
         return self._complete(out, torch.as_tensor(index).long())
 
 

@@ -158,8 +158,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         if self.device is not None and self.device.type != "cpu":
             self._out_device = None
 
-    def _gather_with(self, plan, leaves, indices, batch, extra):
-        out = super()._gather_with(plan, leaves, indices, batch, extra)
+    def _gather_with(self, plan, leaves, indices, batch, extra, given=None):
+        out = super()._gather_with(plan, leaves, indices, batch, extra, given)
         if self.device is not None and self.device.type != "cpu":
             return (
                 out.to(self.device)

@@ -426,12 +426,20 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
                 indices = indices.remainder(length)
         return self._gather_rows(indices)
 
-    def _gather_rows(self, indices: torch.Tensor, extra: dict | None = None) -> Any:
+    def _gather_rows(
+        self, indices: torch.Tensor, extra: dict | None = None, given: dict | None = None
+    ) -> Any:
         batch = (indices.shape[0], *self._item_shape)
-        return self._gather_with(self._plan, self._leaves, indices, batch, extra)
+        return self._gather_with(self._plan, self._leaves, indices, batch, extra, given)
 
     def _gather_with(
-        self, plan: list, leaves: list, indices: torch.Tensor, batch: tuple, extra: dict | None
+        self,
+        plan: list,
+        leaves: list,
+        indices: torch.Tensor,
+        batch: tuple,
+        extra: dict | None,
+        given: dict | None = None,
     ) -> Any:
         kind = self._kind
         if kind == "tensor":
@@ -440,7 +448,7 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             gathered = [leaf.index_select(0, indices) for leaf in leaves]
             return _pytree.tree_unflatten(gathered, self._treespec)
         device = self._out_device
-        source = gather_source(plan, indices, batch, device)
+        source = gather_source(plan, indices, batch, device, given)
         if extra:
             if self._trailing:
                 extra = {key: expand_to_items(value, batch) for key, value in extra.items()}
@@ -448,13 +456,20 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
         out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
         return out if self._tc_types is None else retyped(out, self._tc_types)
 
-    def gather(self, index: Any, extra: dict | None = None) -> Any:
-        """Read sampled items with one gather per leaf (indices are trusted)."""
+    def gather(self, index: Any, extra: dict | None = None, given: dict | None = None) -> Any:
+        """Read sampled items with one gather per leaf (indices are trusted).
+
+        Args:
+            index: item indices from a sampler.
+            extra: entries added at the root of the result (a tensordict storage).
+            given: nested dicts of tensors for stored entries the caller will set in the
+                result anyway (a sampler's flags): those leaves are not gathered.
+        """
         if self.ndim == 1:
-            return self._gather_rows(index, extra)
+            return self._gather_rows(index, extra, given)
         flat = self.ravel_index(index)
         batch = (flat.shape[0], *self._trailing)
-        return self._gather_with(self._flat_plan, self._flat_leaves, flat, batch, extra)
+        return self._gather_with(self._flat_plan, self._flat_leaves, flat, batch, extra, given)
 
     def unravel_index(self, flat_index: torch.Tensor) -> Any:
         """Flat item numbers as indices: themselves, or a tuple of coordinates when ``ndim > 1``."""

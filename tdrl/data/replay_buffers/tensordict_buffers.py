@@ -92,7 +92,16 @@ class TensorDictReplayBuffer(ReplayBuffer):
                             continue
                         key = key[0]
                     extra[key] = value
-            data = storage.gather(index, extra)
+            given = None
+            if nested:
+                # the storage need not gather the stored entries the flags replace
+                given = {}
+                for key, value in nested:
+                    node = given
+                    for part in key[:-1]:
+                        node = node.setdefault(part, {})
+                    node[key[-1]] = value
+            data = storage.gather(index, extra, given)
             if nested:
                 batch = tuple(data.batch_size)
                 for key, value in nested:
