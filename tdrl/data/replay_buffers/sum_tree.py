@@ -647,16 +647,6 @@ class SumSegmentTree(PriorityTree):
         tensor([0, 2, 2, 4])
     """
 
-    def __init__(
-        self,
-        capacity: int,
-        *,
-        fanout: int = _DEFAULT_FANOUT,
-        dtype: torch.dtype = torch.float64,
-        top_size: int = _TOP_SIZE,
-    ) -> None:
-        super().__init__(capacity, fanout=fanout, top_size=top_size, dtype=dtype)
-
     def query(self, start: int = 0, end: int | None = None) -> torch.Tensor:
         """The sum of the leaves in ``[start, end)``."""
         return self._query(start, end)
