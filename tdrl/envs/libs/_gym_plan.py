@@ -28,6 +28,7 @@ from tensordict import TensorDict
 
 from tdrl.data.specs import Composite
 from tdrl.envs._checks import check_layout
+from tdrl.envs._overrides import override_reason
 
 if TYPE_CHECKING:
     from tdrl.envs.libs.gym import GymWrapper
@@ -71,14 +72,7 @@ def fast_path_blocker(env: GymWrapper, stock: type) -> str | None:
         return f"device {device}"
     if len(env._cache.action_keys) != 1:
         return "several action keys"
-    own = env.__dict__
-    cls = type(env)
-    for name in FAST_PATH_METHODS:
-        if name in own:
-            return f"{name} set on the instance"
-        if getattr(cls, name) is not getattr(stock, name):
-            return f"{cls.__name__}.{name} overrides {stock.__name__}.{name}"
-    return None
+    return override_reason(env, stock, FAST_PATH_METHODS)
 
 
 class GymStepPlan:

@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Composite
+from tdrl.envs._overrides import override_reason
 from tdrl.envs.libs._pettingzoo_groups import nest
 
 if TYPE_CHECKING:
@@ -75,14 +76,7 @@ def rollout_blocker(env: PettingZooWrapper, stock: type) -> str | None:
             return "action spec changed"
         if group.layout is None:
             return f"group {group.name!r} has observations that are not numeric tensors"
-    own = env.__dict__
-    cls = type(env)
-    for name in _STEP_METHODS:
-        if name in own:
-            return f"{name} set on the instance"
-        if getattr(cls, name) is not getattr(stock, name):
-            return f"{cls.__name__}.{name} overrides {stock.__name__}.{name}"
-    return None
+    return override_reason(env, stock, _STEP_METHODS)
 
 
 class _GroupColumns:
