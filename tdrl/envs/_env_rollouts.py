@@ -19,7 +19,7 @@ from tdrl.envs._step_mdp import merge_next
 from tdrl.envs._td_fast import fast_set
 
 if TYPE_CHECKING:
-    pass
+    from tdrl.envs._columnar import Handover
 
 __all__ = ["EnvRollouts"]
 
@@ -141,6 +141,24 @@ class EnvRollouts:
 
         Envs that can produce exactly the data of the generic loop more cheaply (same
         random draws, same resets) override this; None means "use the generic loop".
+        """
+        return None
+
+    def _policy_rollout(
+        self,
+        call: Callable[[TensorDictBase], TensorDictBase],
+        tensordict: TensorDictBase,
+        max_steps: int,
+        break_when_any_done: bool,
+        set_truncated: bool,
+    ) -> TensorDictBase | Handover | None:
+        """A faster equivalent of the rollout loop driven by the policy call ``call``, or None.
+
+        ``tensordict`` is the first step's input (reset already). Envs that can produce
+        exactly the generic loop's data more cheaply override this; they may also stop at
+        a step the generic loop must take and return a
+        :class:`~tdrl.envs._columnar.Handover` from which the loop goes on. None means
+        "use the generic loop".
         """
         return None
 
