@@ -85,13 +85,15 @@ class EnvRollouts:
 
         Automatic garbage collection is paused while the steps run (and restored
         afterwards, also on error) so that long rollouts do not pay for repeated
-        walks over the steps they keep; no garbage is lost. With no policy (and no
-        callback, initial ``tensordict`` or ``out``), an env may produce the same data
-        on a cheaper path: a plain single :class:`~tdrl.envs.GymEnv` keeps the steps
-        in columns instead of one tensordict per step. A plain ``TensorDictModule``
-        policy is called without its generic dispatch (hooks still run), and a batched
-        env rolled out without early stop or callback steps and resets its done
-        sub-envs in one round trip; the data is the same either way.
+        walks over the steps they keep; no garbage is lost. A plain ``TensorDictModule``
+        policy is called without its generic dispatch (a hook, the skip-existing mode or
+        tracing sends the call through it). Without a callback, ``out`` or
+        ``break_when_all_done``, an env may produce the same data on a cheaper path: a
+        plain single :class:`~tdrl.envs.GymEnv` with no policy, or with such a policy
+        reading only observations, keeps the steps in columns instead of one tensordict
+        per step (and hands over to the step loop at the step where the direct call stops
+        applying); a batched env rolled out without early stop or callback steps and
+        resets its done sub-envs in one round trip. The data is the same either way.
 
         Args:
             max_steps: the maximum number of steps.

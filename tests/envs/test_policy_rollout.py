@@ -453,3 +453,42 @@ def test_storing_device_applies(columnar_results):
     data = env.rollout(5, bench_policy(), storing_device="cpu")
     assert columnar_results == ["TensorDict"]
     assert data.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("carried", [["logits"], ["action"], ["logits", "action"]])
+def test_initial_tensordict_carrying_outputs_keeps_their_place(
+    carried, columnar_results, monkeypatch
+):
+    """Outputs carried in the input keep their place in the root; the others follow."""
+    env = GymEnv("CartPole-v1")
+    make_policy = two_outputs(["action", "logits"])
+    results = []
+    for fast in (True, False):
+        env.set_seed(1)
+        start = env.reset()
+        for key in carried:
+            start.set(key, torch.zeros(2, dtype=torch.int64 if key == "action" else torch.float32))
+        kwargs = {"auto_reset": False, "tensordict": start, "break_when_any_done": False}
+        if fast:
+            results.append(env.rollout(40, make_policy(), **kwargs))
+        else:
+            results.append(generic_rollout(env, 40, make_policy(), monkeypatch, **kwargs))
+    assert columnar_results == ["TensorDict"]
+    assert list(results[0].keys())[-2:] == [
+        *carried,
+        *(k for k in ["action", "logits"] if k not in carried),
+    ]
+    assert_identical(*results)
+
+
+def test_random_rollout_stopped_by_a_done_step_is_not_marked_truncated(monkeypatch):
+    env = GymEnv("CartPole-v1")
+    env.set_seed(2)
+    torch.manual_seed(2)
+    fast = env.rollout(300, set_truncated=True)
+    env.set_seed(2)
+    torch.manual_seed(2)
+    generic = env.rollout(300, lambda td: env.rand_action(td), set_truncated=True)
+    assert len(fast) < 300
+    assert not fast["next", "truncated"].any()
+    assert_identical(fast, generic)

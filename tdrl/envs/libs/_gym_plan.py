@@ -76,6 +76,17 @@ def fast_path_blocker(env: GymWrapper, stock: type) -> str | None:
     return override_reason(env, stock, FAST_PATH_METHODS)
 
 
+def _written_order(start: TensorDictBase, out_keys: tuple) -> list[tuple[str, int]]:
+    """``(key, index in out_keys)`` of the outputs in the order of a step's root entries.
+
+    The outputs carried in the first step's input keep their place; the others follow, in
+    the order the policy writes them.
+    """
+    carried = [key for key in start.keys() if key in out_keys]
+    order = carried + [key for key in out_keys if key not in carried]
+    return [(key, out_keys.index(key)) for key in order]
+
+
 class GymStepPlan:
     """The conversions of one gym step, prepared once from the env's specs.
 
@@ -256,8 +267,8 @@ class GymStepPlan:
         """Whether ``tensordict`` can start a columnar rollout writing ``out_keys``.
 
         It must hold exactly the root entries of a step, in the generic loop's order (the
-        observations, the three flags, then optionally the outputs of the last step), as
-        plain tensors of the specs' layout on the env's device.
+        observations and the three flags, as plain tensors of the specs' layout on the env's
+        device), then possibly some of ``out_keys`` (carried from an earlier step).
         """
         env = self._owner
         if type(tensordict) is not TensorDict or tensordict.batch_size != env.batch_size:
@@ -266,7 +277,9 @@ class GymStepPlan:
             return False
         keys = list(tensordict.keys())
         expected = [*self.observation_keys, *_FLAGS]
-        if keys != expected and keys != [*expected, *out_keys]:
+        count = len(expected)
+        carried = keys[count:]
+        if keys[:count] != expected or not set(carried) <= set(out_keys):
             return False
         specs = env.output_spec
         for parent in ("full_observation_spec", "full_done_spec"):
@@ -310,7 +323,8 @@ class GymStepPlan:
         source_dict: dict = dict(root)
         for flag in _FLAGS:
             source_dict[flag] = torch.zeros(self._flag_shape, dtype=torch.bool)
-        source_dict.update(zip(out_keys, step_outputs[-1]))
+        last = step_outputs[-1]
+        source_dict.update((key, last[index]) for key, index in _written_order(start, out_keys))
         owner = self._owner
         tensordict = TensorDict._new_unsafe(
             source_dict, batch_size=owner.batch_size, device=owner.device
@@ -351,7 +365,7 @@ class GymStepPlan:
         if len(out_keys) == 1:
             source[out_keys[0]] = torch.stack([values[0] for values in outputs])
         else:
-            for index, key in enumerate(out_keys):
+            for key, index in _written_order(start, out_keys):
                 source[key] = torch.stack([values[index] for values in outputs])
         result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
         result.refine_names("time")
