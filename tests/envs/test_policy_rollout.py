@@ -492,3 +492,44 @@ def test_random_rollout_stopped_by_a_done_step_is_not_marked_truncated(monkeypat
     assert len(fast) < 300
     assert not fast["next", "truncated"].any()
     assert_identical(fast, generic)
+
+
+class HookingSteer(Steer):
+    """At its 6th call (the last step of the first 6-step episode) registers a counting hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policy: list = []
+        self.calls = 0
+        self.hook_calls = 0
+
+    def _hook(self, module, args):
+        self.hook_calls += 1
+
+    def forward(self, position: torch.Tensor, speed: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 6:
+            self.policy[0].register_forward_pre_hook(self._hook)
+        return super().forward(position, speed)
+
+
+def test_hand_over_right_after_a_reset(columnar_results, monkeypatch):
+    """The generic loop takes over at the first step of an episode, after the reset."""
+    modules = []
+
+    def make_policy():
+        module = HookingSteer()
+        policy = TensorDictModule(
+            module, in_keys=["position", ("sensors", "speed")], out_keys=["action"]
+        )
+        module.policy.append(policy)
+        modules.append(module)
+        return policy
+
+    fast, generic = both_paths(
+        lambda: GymWrapper(NestedDictEnv()), make_policy, 15, monkeypatch, break_when_any_done=False
+    )
+    assert columnar_results == ["Handover"]
+    assert [module.hook_calls for module in modules] == [9, 9]
+    assert bool(fast["next", "done"][5]) and not fast["done"].any()
+    assert_identical(fast, generic)

@@ -6,7 +6,8 @@ the three flags. :class:`GymStepPlan` holds those conversions, prepared once fro
 Every path that steps a gym env goes through it:
 
 - ``GymWrapper._step`` (the generic path: the data becomes one tensordict per step);
-- :meth:`GymStepPlan.columnar_rollout`, ``env.rollout(n)`` without a policy: each step keeps
+- :meth:`GymStepPlan.columnar_rollout`, ``env.rollout(n)`` without a policy or with a plain
+  ``TensorDictModule`` policy (and so the batches of a ``SyncDataCollector``): each step keeps
   its tensors and Python flags, every column is built once at the end;
 - :meth:`GymStepPlan.stepper_into`, used by batched envs: the step writes its results straight
   into the batched env's buffers.
