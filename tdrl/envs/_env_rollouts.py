@@ -19,7 +19,7 @@ from tdrl.envs._step_mdp import merge_next
 from tdrl.envs._td_fast import fast_set
 
 if TYPE_CHECKING:
-    pass
+    from tdrl.envs._columnar import Handover
 
 __all__ = ["EnvRollouts"]
 
@@ -85,13 +85,15 @@ class EnvRollouts:
 
         Automatic garbage collection is paused while the steps run (and restored
         afterwards, also on error) so that long rollouts do not pay for repeated
-        walks over the steps they keep; no garbage is lost. With no policy (and no
-        callback, initial ``tensordict`` or ``out``), an env may produce the same data
-        on a cheaper path: a plain single :class:`~tdrl.envs.GymEnv` keeps the steps
-        in columns instead of one tensordict per step. A plain ``TensorDictModule``
-        policy is called without its generic dispatch (hooks still run), and a batched
-        env rolled out without early stop or callback steps and resets its done
-        sub-envs in one round trip; the data is the same either way.
+        walks over the steps they keep; no garbage is lost. A plain ``TensorDictModule``
+        policy is called without its generic dispatch (a hook, the skip-existing mode or
+        tracing sends the call through it). Without a callback, ``out`` or
+        ``break_when_all_done``, an env may produce the same data on a cheaper path: a
+        plain single :class:`~tdrl.envs.GymEnv` with no policy, or with such a policy
+        reading only observations, keeps the steps in columns instead of one tensordict
+        per step (and hands over to the step loop at the step where the direct call stops
+        applying); a batched env rolled out without early stop or callback steps and
+        resets its done sub-envs in one round trip. The data is the same either way.
 
         Args:
             max_steps: the maximum number of steps.
@@ -141,6 +143,24 @@ class EnvRollouts:
 
         Envs that can produce exactly the data of the generic loop more cheaply (same
         random draws, same resets) override this; None means "use the generic loop".
+        """
+        return None
+
+    def _policy_rollout(
+        self,
+        call: Callable[[TensorDictBase], TensorDictBase],
+        tensordict: TensorDictBase,
+        max_steps: int,
+        break_when_any_done: bool,
+        set_truncated: bool,
+    ) -> TensorDictBase | Handover | None:
+        """A faster equivalent of the rollout loop driven by the policy call ``call``, or None.
+
+        ``tensordict`` is the first step's input (reset already). Envs that can produce
+        exactly the generic loop's data more cheaply override this; they may also stop at
+        a step the generic loop must take and return a
+        :class:`~tdrl.envs._columnar.Handover` from which the loop goes on. None means
+        "use the generic loop".
         """
         return None
 

@@ -122,23 +122,53 @@ class ModuleCall:
                 return None
         return inputs
 
-    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """``policy(tensordict)``."""
+    def direct_module(self) -> Any:
+        """The wrapped module when calling it directly reproduces the generic call now, else None.
+
+        None when a hook, the skip-existing mode, tracing or a compiled module would make
+        ``policy(tensordict)`` do more than call the module (re-checked at every call).
+        """
         policy = self.policy
-        if type(tensordict) is not TensorDict or _hooked(policy):
-            return policy(tensordict)
+        if _hooked(policy):
+            return None
         modules = policy._modules
         module = modules["module"] if "module" in modules else policy.module
         if isinstance(module, TensorDictModuleBase):
+            return None
+        return module
+
+    def call_module(self, module: Any, inputs: list) -> Any:
+        """``module(*inputs)``, an error carrying the context the generic call gives it."""
+        try:
+            return module(*inputs)
+        except Exception as err:
+            # the generic call chains the same context on the error the module raised
+            raise err from RuntimeError(_failure_context(self.policy, module))
+
+    def tensor_outputs(self, outputs: Any) -> tuple | None:
+        """The module's outputs as one tensor per out key, or None for any other layout."""
+        if type(outputs) is Tensor:
+            return (outputs,) if len(self.out_keys) == 1 else None
+        if (
+            type(outputs) is tuple
+            and len(outputs) == len(self.out_keys)
+            and all(type(value) is Tensor for value in outputs)
+        ):
+            return outputs
+        return None
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``policy(tensordict)``."""
+        policy = self.policy
+        if type(tensordict) is not TensorDict:
+            return policy(tensordict)
+        module = self.direct_module()
+        if module is None:
             return policy(tensordict)
         inputs = self._inputs(tensordict)
         if inputs is None:
             return policy(tensordict)
-        try:
-            outputs = module(*inputs)
-        except Exception as err:
-            # the generic call chains the same context on the error the module raised
-            raise err from RuntimeError(_failure_context(policy, module))
+        outputs = self.call_module(module, inputs)
         out_keys = self.out_keys
         if type(outputs) is Tensor and len(out_keys) == 1:
             if self._str_out:
@@ -146,17 +176,14 @@ class ModuleCall:
             else:
                 tensordict.set(out_keys[0], outputs)
             return tensordict
-        if (
-            type(outputs) is tuple
-            and len(outputs) == len(out_keys)
-            and all(type(value) is Tensor for value in outputs)
-        ):
-            for key, value in zip(out_keys, outputs):
+        values = self.tensor_outputs(outputs)
+        if values is not None:
+            for key, value in zip(out_keys, values):
                 tensordict.set(key, value)
             return tensordict
-        return self._write_other(tensordict, outputs)
+        return self.write_other(tensordict, outputs)
 
-    def _write_other(self, tensordict: TensorDictBase, outputs: Any) -> TensorDictBase:
+    def write_other(self, tensordict: TensorDictBase, outputs: Any) -> TensorDictBase:
         """Outputs other than tensors (a mapping, None, tensor collections): the generic writer."""
         policy = self.policy
         if outputs is None:

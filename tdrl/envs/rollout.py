@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
+from tdrl.envs._columnar import Handover
 from tdrl.envs._keys import as_tuple, from_tuple
 from tdrl.envs._policy import ActionsExhausted, action_feeder, as_policy
 from tdrl.envs._policy_call import policy_caller
@@ -229,6 +230,13 @@ def rollout(
     policy = policy_caller(policy)
     cast = policy_device is not None and policy_device != env.device
     with _gc_paused():
+        if callback is None and return_contiguous and out is None and not (all_done or cast):
+            # the env may run the policy's loop on a cheaper path with the same data
+            result = env._policy_rollout(policy, tensordict, max_steps, any_done, set_truncated)
+            if isinstance(result, Handover):
+                return _continue(env, result, policy, any_done, set_truncated, storing_device)
+            if result is not None:
+                return result if storing_device is None else result.to(storing_device)
         steps = _run(
             env,
             tensordict,
@@ -250,6 +258,58 @@ def rollout(
         # alive, its next pass would walk all of them
         del steps, tensordict
     return result
+
+
+def _continue(
+    env: EnvBase,
+    handover: Handover,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    any_done: bool,
+    set_truncated: bool,
+    storing_device: Any,
+) -> TensorDictBase:
+    """The generic loop from the step where a cheaper path handed the rollout over."""
+    steps = handover.steps
+    tensordict = handover.tensordict
+    call = policy
+    if handover.outputs is not None:
+        # the policy's module ran on this step already: write its outputs, call it no more
+        tensordict = policy.write_other(tensordict, handover.outputs.value)
+        call = _called_once(policy)
+    steps.extend(
+        _run(
+            env,
+            tensordict,
+            handover.remaining,
+            call,
+            None,
+            any_done,
+            False,
+            set_truncated,
+            False,
+            None,
+        )
+    )
+    result = _stack(steps, True, None)
+    if storing_device is not None:
+        result = result.to(storing_device)
+    del steps, tensordict
+    return result
+
+
+def _called_once(
+    policy: Callable[[TensorDictBase], TensorDictBase],
+) -> Callable[[TensorDictBase], TensorDictBase]:
+    """``policy``, except that its first call returns its input (already holding the outputs)."""
+    pending = [True]
+
+    def call(tensordict: TensorDictBase) -> TensorDictBase:
+        if pending:
+            pending.clear()
+            return tensordict
+        return policy(tensordict)
+
+    return call
 
 
 def _run(

@@ -6,7 +6,8 @@ the three flags. :class:`GymStepPlan` holds those conversions, prepared once fro
 Every path that steps a gym env goes through it:
 
 - ``GymWrapper._step`` (the generic path: the data becomes one tensordict per step);
-- :meth:`GymStepPlan.columnar_rollout`, ``env.rollout(n)`` without a policy: each step keeps
+- :meth:`GymStepPlan.columnar_rollout`, ``env.rollout(n)`` without a policy or with a plain
+  ``TensorDictModule`` policy (and so the batches of a ``SyncDataCollector``): each step keeps
   its tensors and Python flags, every column is built once at the end;
 - :meth:`GymStepPlan.stepper_into`, used by batched envs: the step writes its results straight
   into the batched env's buffers.
@@ -24,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Composite
 from tdrl.envs._checks import check_layout
+from tdrl.envs._columnar import ActionSource, Handover, ModuleOutputs, random_source
 from tdrl.envs._overrides import override_reason
 
 if TYPE_CHECKING:
@@ -73,6 +75,17 @@ def fast_path_blocker(env: GymWrapper, stock: type) -> str | None:
     if len(env._cache.action_keys) != 1:
         return "several action keys"
     return override_reason(env, stock, FAST_PATH_METHODS)
+
+
+def _written_order(start: TensorDictBase, out_keys: tuple) -> list[tuple[str, int]]:
+    """``(key, index in out_keys)`` of the outputs in the order of a step's root entries.
+
+    The outputs carried in the first step's input keep their place; the others follow, in
+    the order the policy writes them.
+    """
+    carried = [key for key in start.keys() if key in out_keys]
+    order = carried + [key for key in out_keys if key not in carried]
+    return [(key, out_keys.index(key)) for key in order]
 
 
 class GymStepPlan:
@@ -185,55 +198,145 @@ class GymStepPlan:
 
     # ------------------------------------------------------------------ fast paths
     def columnar_rollout(
-        self, max_steps: int, break_when_any_done: bool, set_truncated: bool
-    ) -> TensorDict:
-        """``env.rollout(max_steps)`` with random actions, each column built once at the end.
+        self,
+        max_steps: int,
+        break_when_any_done: bool,
+        set_truncated: bool,
+        source: ActionSource | None = None,
+        start: TensorDictBase | None = None,
+    ) -> TensorDict | Handover:
+        """``env.rollout(max_steps, ...)`` with each column built once at the end.
 
-        The caller checks :func:`fast_path_blocker` first.
+        Args:
+            max_steps: the maximum number of steps.
+            break_when_any_done: stop after the first step that ends an episode.
+            set_truncated: mark the last step as truncated (and done).
+            source: where the actions come from: random actions from the spec (None) or
+                the direct policy call (:func:`~tdrl.envs._columnar.policy_source`).
+            start: the input of the first step, already reset where needed (:meth:`accepts`
+                it); None resets the env.
+
+        Returns:
+            the rollout, or a :class:`~tdrl.envs._columnar.Handover` when the action source
+            needs the generic loop from some step on. The caller checks
+            :func:`fast_path_blocker` first.
         """
         env = self._owner
-        sample_action = env._cache.action_leaf.rand
-        # the actions are drawn from the spec: no layout to check
+        if source is None:
+            source = random_source(env._cache.action_leaf.rand, "action")
+        if start is None:
+            start = env.reset()
+        produce = source.produce
+        action_index = source.out_keys.index("action")
+        check = None if source.checked else self._checked_action
         simulate = self._bound_simulate()
         write_action = self.write_action
         read_observation = self.read_observation
-        roots, actions, nexts = [], [], []
+        reset = self._reset_observation
+        roots, outputs, nexts = [], [], []
         rewards, terminateds, truncateds = [], [], []
-        root = self._reset_observation()
+        entries = start._tensordict
+        root = {key: entries[key] for key in self.observation_keys}
         last = max_steps - 1
         for i in range(max_steps):
-            action = sample_action()
+            values = produce(root)
+            if type(values) is not tuple:
+                columns = (roots, outputs, nexts, rewards, terminateds, truncateds)
+                return self._handover(source, start, columns, root, values, max_steps - i)
+            action = values[action_index]
+            if check is not None:
+                action = check(action)
             observation, reward, terminated, truncated, _ = simulate(write_action(action))
             observation = read_observation(observation)
             terminated = bool(terminated)
             truncated = bool(truncated)
             roots.append(root)
-            actions.append(action)
+            outputs.append(values)
             nexts.append(observation)
             rewards.append(reward)
             terminateds.append(terminated)
             truncateds.append(truncated)
             if i == last or ((terminated or truncated) and break_when_any_done):
                 break
-            root = self._reset_observation() if terminated or truncated else observation
-        return self._columns(roots, actions, nexts, rewards, terminateds, truncateds, set_truncated)
+            root = reset() if terminated or truncated else observation
+        columns = (roots, outputs, nexts, rewards, terminateds, truncateds)
+        # as in the generic loop, only a rollout that ran all its steps is marked truncated
+        set_truncated = set_truncated and len(outputs) == max_steps
+        return self._columns(source.out_keys, start, columns, set_truncated)
+
+    def accepts(self, tensordict: TensorDictBase, out_keys: tuple) -> bool:
+        """Whether ``tensordict`` can start a columnar rollout writing ``out_keys``.
+
+        It must hold exactly the root entries of a step, in the generic loop's order (the
+        observations and the three flags, as plain tensors of the specs' layout on the env's
+        device), then possibly some of ``out_keys`` (carried from an earlier step).
+        """
+        env = self._owner
+        if type(tensordict) is not TensorDict or tensordict.batch_size != env.batch_size:
+            return False
+        if tensordict.device != env.device:
+            return False
+        keys = list(tensordict.keys())
+        expected = [*self.observation_keys, *_FLAGS]
+        count = len(expected)
+        carried = keys[count:]
+        if keys[:count] != expected or not set(carried) <= set(out_keys):
+            return False
+        specs = env.output_spec
+        for parent in ("full_observation_spec", "full_done_spec"):
+            for key, spec in specs[parent].items(True, True):
+                value = tensordict.get(key, None)
+                if type(value) is not torch.Tensor:
+                    return False
+                if value.dtype != spec.dtype or value.shape != spec.shape:
+                    return False
+        return True
+
+    def _checked_action(self, action: torch.Tensor) -> Any:
+        """``action`` cast to the spec's dtype when it must be (as :meth:`step` does)."""
+        shape = self._action_shape
+        if shape is not None and (action.shape != shape or action.dtype != self._action_dtype):
+            return check_layout("action", "action", action, shape, self._action_dtype)
+        return action
 
     def _reset_observation(self) -> dict:
         """The observation entries of a reset (the flags of a gym reset are always False)."""
         data = self._owner.reset()
         return {key: value for key, value in data.items() if key not in _FLAGS}
 
-    def _columns(
+    def _handover(
         self,
-        roots: list,
-        actions: list,
-        nexts: list,
-        rewards: list,
-        terminateds: list,
-        truncateds: list,
-        set_truncated: bool,
+        source: ActionSource,
+        start: TensorDictBase,
+        columns: tuple,
+        root: dict,
+        outputs: ModuleOutputs | None,
+        remaining: int,
+    ) -> Handover:
+        """The steps so far and the next step's input, as the generic loop would hold them."""
+        out_keys = source.out_keys
+        roots, step_outputs = columns[0], columns[1]
+        if not roots:
+            return Handover([], start, outputs, remaining)
+        steps = list(self._columns(out_keys, start, columns, False).unbind(0))
+        # the root of a later step: its observations, flags a step or reset left False,
+        # and the outputs of the step before (kept by step_mdp and by the reset)
+        source_dict: dict = dict(root)
+        for flag in _FLAGS:
+            source_dict[flag] = torch.zeros(self._flag_shape, dtype=torch.bool)
+        last = step_outputs[-1]
+        source_dict.update((key, last[index]) for key, index in _written_order(start, out_keys))
+        owner = self._owner
+        tensordict = TensorDict._new_unsafe(
+            source_dict, batch_size=owner.batch_size, device=owner.device
+        )
+        return Handover(steps, tensordict, outputs, remaining)
+
+    def _columns(
+        self, out_keys: tuple, start: TensorDictBase, columns: tuple, set_truncated: bool
     ) -> TensorDict:
-        steps = len(actions)
+        roots, outputs, nexts, rewards, terminateds, truncateds = columns
+        steps = len(outputs)
         batch = torch.Size([steps])
         device = self._owner.device
         keys = list(roots[0])
@@ -253,11 +356,18 @@ class GymStepPlan:
         # the same key order as the generic loop's result
         source = {"next": TensorDict._new_unsafe(next_source, batch_size=batch, device=device)}
         source.update({key: torch.stack([step[key] for step in roots]) for key in keys})
-        # Every root holds a reset's flags (all False) or the flags of a step that did not
-        # end its episode (also all False): a step that ends one is followed by a reset.
+        # Every later root holds a reset's flags (all False) or the flags of a step that did
+        # not end its episode (also all False): a step that ends one is followed by a reset.
+        entries = start._tensordict
         for flag in _FLAGS:
-            source[flag] = torch.zeros(flag_shape, dtype=torch.bool)
-        source["action"] = torch.stack(actions)
+            column = torch.zeros(flag_shape, dtype=torch.bool)
+            column[0] = entries[flag]
+            source[flag] = column
+        if len(out_keys) == 1:
+            source[out_keys[0]] = torch.stack([values[0] for values in outputs])
+        else:
+            for key, index in _written_order(start, out_keys):
+                source[key] = torch.stack([values[index] for values in outputs])
         result = TensorDict._new_unsafe(source, batch_size=batch, device=device)
         result.refine_names("time")
         return result

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.data.specs import Bounded, Categorical, Composite, Unbounded
+from tdrl.envs._columnar import Handover, policy_source
 from tdrl.envs._slot_pool import SlotPool
 from tdrl.envs._td_fast import all_true, fast_get
 from tdrl.envs.gym_like import BaseInfoDictReader, GymLikeEnv, default_info_dict_reader
@@ -341,9 +342,11 @@ class GymWrapper(GymLikeEnv):
     def step_path(self) -> str:
         """Which path a step of this env takes now: ``"fast"`` or ``"generic (<reason>)"``.
 
-        ``"fast"``: a rollout without a policy keeps its steps in columns and a batched env
-        steps this env in place in its buffers, both through the same step plan as ``_step``
-        and with the same data. Any configuration or method override that changes a step
+        ``"fast"``: a rollout without a policy, or with a plain ``TensorDictModule`` policy
+        reading observations (so a :class:`~tdrl.collectors.SyncDataCollector` batch too),
+        keeps its steps in columns, and a batched env steps this env in place in its buffers,
+        all through the same step plan as ``_step`` and with the same data; other policies
+        run the generic loop. Any configuration or method override that changes a step
         makes every caller run the generic path (and the overriding method).
         """
         blocker = fast_path_blocker(self, GymWrapper)
@@ -356,6 +359,32 @@ class GymWrapper(GymLikeEnv):
         if fast_path_blocker(self, GymWrapper) is not None:
             return None
         return self._step_plan.columnar_rollout(max_steps, break_when_any_done, set_truncated)
+
+    def _policy_rollout(
+        self,
+        call: Callable[[TensorDictBase], TensorDictBase],
+        tensordict: TensorDictBase,
+        max_steps: int,
+        break_when_any_done: bool,
+        set_truncated: bool,
+    ) -> TensorDictBase | Handover | None:
+        """Policy rollouts on the fast path of the step plan, for a plain ``TensorDictModule``.
+
+        None unless the env is on the fast path (see :attr:`step_path`), the policy call is
+        the direct call of a plain module reading only observations, and ``tensordict``
+        holds exactly a step's root entries.
+        """
+        if fast_path_blocker(self, GymWrapper) is not None:
+            return None
+        plan = self._step_plan
+        source = policy_source(
+            call, "action", plan.observation_keys, ("next", "reward", *_DONE_KEYS)
+        )
+        if source is None or not plan.accepts(tensordict, source.out_keys):
+            return None
+        return plan.columnar_rollout(
+            max_steps, break_when_any_done, set_truncated, source, tensordict
+        )
 
     def _direct_stepper(
         self, action: torch.Tensor, outputs: dict[Any, torch.Tensor]
