@@ -8,11 +8,17 @@ other (their frames/s over one such process is the best ratio the hardware and t
 load allow).
 
 Each round measures the three in turn (the order alternates between rounds), skipping the
-first batch of each (start-up). Besides frames/s it reports CPU seconds per frame, summed
-over every process involved (parent and workers, read from ``/proc``), which depends far
-less on the load of other programs: ``2 * cpu(single) / cpu(multi)`` is the ratio the multi
-collector reaches on two otherwise idle cores if its workers never wait for each other.
-The parent's share of that CPU time shows whether it spins while the workers collect.
+first ``WARMUP`` batches of each (start-up, then the page faults and cold caches of a fresh
+process). Besides frames/s it reports CPU seconds per frame, summed over every process
+involved (parent and workers, read from ``/proc``), and the cores kept busy (CPU seconds per
+second). frames/s is their quotient, so the ratio to the single collector splits into a
+ratio of cores busy (the multi collector's workers wait for the slowest one at every batch)
+and a ratio of CPU per frame (what the workers and the parent add per frame):
+``2 * cpu(single) / cpu(multi)`` is the ratio the multi collector reaches on two otherwise
+idle cores if its workers never wait for each other. The parent's share of that CPU time
+shows whether it spins while the workers collect. ``--breakdown`` times, in one process,
+what a worker batch costs besides its collection (layout check, copy into shared memory,
+pipe round trip, the parent's stacking, garbage collection).
 
 On Linux with ``kernel.sched_autogroup_enabled``, the scheduler shares the CPUs equally among
 the busy sessions (autogroups), not among processes: on a machine where other sessions keep
@@ -27,12 +33,13 @@ real collection; ``--policy random`` uses the env's random policy instead. Print
 one JSON line with the medians.
 
 Usage: python benchmarks/bench_collectors.py [--quick] [--policy {mlp,random}] [--rounds N]
-    [--autogroup-nice N]
+    [--autogroup-nice N] [--breakdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -44,11 +51,14 @@ import torch
 from tensordict.nn import TensorDictModule
 
 from tdrl.collectors import MultiSyncDataCollector, SyncDataCollector
+from tdrl.collectors._worker import _same_layout as same_layout
 from tdrl.envs.libs.gym import GymEnv
 
 ENV_NAME = "CartPole-v1"
 WORKERS = 2
 FRAMES_PER_BATCH = 1000
+#: batches collected before timing starts
+WARMUP = 3
 
 
 class GumbelMLP(torch.nn.Module):
@@ -88,9 +98,10 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _timed(collector, batches: int, workers: list[int]) -> dict:
-    """frames/s, CPU seconds per frame, and the parent's share of that CPU time."""
+    """frames/s, CPU seconds per frame, cores kept busy, and the parent's share of the CPU."""
     iterator = iter(collector)
-    next(iterator)  # start-up and first batch are not timed
+    for _ in range(WARMUP):
+        next(iterator)
     frames = 0
     worker_cpu = [_cpu_seconds(pid) for pid in workers]
     parent_cpu = time.process_time()
@@ -105,6 +116,7 @@ def _timed(collector, batches: int, workers: list[int]) -> dict:
     return {
         "fps": frames / elapsed,
         "cpu_per_frame": cpu / frames,
+        "cores": cpu / elapsed,
         "parent_share": parent_cpu / cpu,
     }
 
@@ -116,7 +128,8 @@ def _independent(policy_kind: str, batches: int, barrier, results) -> None:
         GymEnv(ENV_NAME), make_policy(policy_kind), frames_per_batch=FRAMES_PER_BATCH // WORKERS
     )
     iterator = iter(collector)
-    next(iterator)
+    for _ in range(WARMUP):
+        next(iterator)
     barrier.wait()
     cpu = time.process_time()
     start = time.perf_counter()
@@ -139,10 +152,96 @@ def _ceiling(policy_kind: str, batches: int) -> dict:
     for process in processes:
         process.join()
     frames = sum(frames for frames, _, _ in outcome)
-    return {
-        "fps": frames / max(elapsed for _, elapsed, _ in outcome),
-        "cpu_per_frame": sum(cpu for _, _, cpu in outcome) / frames,
+    elapsed = max(elapsed for _, elapsed, _ in outcome)
+    cpu = sum(cpu for _, _, cpu in outcome)
+    return {"fps": frames / elapsed, "cpu_per_frame": cpu / frames, "cores": cpu / elapsed}
+
+
+def _report(run, conn) -> None:
+    conn.send(run())
+    conn.close()
+
+
+def _in_fresh_process(run) -> dict:
+    """``run()`` in a child forked from this (otherwise idle) process.
+
+    No measurement inherits the heap, the garbage and the thread pools that the previous
+    ones left: the collector workers of one are forked from a parent as fresh as the
+    processes they are compared with.
+    """
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe(duplex=False)
+    process = context.Process(target=_report, args=(run, child))
+    process.start()
+    child.close()
+    try:
+        return parent.recv()
+    finally:
+        process.join()
+
+
+def _echo(conn) -> None:
+    """Answer each message as a collector worker answers "collect" (until None)."""
+    while conn.recv() is not None:
+        conn.send(("ok", None))
+
+
+def _median_us(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def per_batch_costs(policy_kind: str, batches: int) -> dict:
+    """What one worker batch costs besides collecting it, timed in this process.
+
+    A worker of ``MultiSyncDataCollector`` collects ``FRAMES_PER_BATCH / WORKERS`` frames with
+    its own ``SyncDataCollector``, checks that the batch has the layout of its shared buffer,
+    copies it there and answers the parent through a pipe; the parent stacks the workers'
+    buffers. Each of these is timed on a real batch (median of many calls) next to the
+    collection of the batch itself, with the garbage collector's time during collection.
+    """
+    torch.set_num_threads(1)  # as in a collector worker
+    collector = SyncDataCollector(
+        GymEnv(ENV_NAME), make_policy(policy_kind), frames_per_batch=FRAMES_PER_BATCH // WORKERS
+    )
+    iterator = iter(collector)
+    data = next(iterator)
+    gc_time, gc_start = [0.0], [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_start[0]
+
+    gc.callbacks.append(on_gc)
+    collect = _median_us(lambda: next(iterator), batches)
+    gc.callbacks.remove(on_gc)
+    shared = data.clone().share_memory_()
+    parent, child = multiprocessing.Pipe()
+    echo = multiprocessing.get_context("fork").Process(target=_echo, args=(child,))
+    echo.start()
+
+    def round_trip() -> None:
+        parent.send(("collect", None))
+        parent.recv()
+
+    costs = {
+        "collect_batch_us": collect,
+        "gc_us": gc_time[0] / batches * 1e6,
+        "layout_check_us": _median_us(lambda: same_layout(shared, data), 500),
+        "copy_to_shared_us": _median_us(lambda: shared.update_(data), 500),
+        "pipe_round_trip_us": _median_us(round_trip, 2000),
+        "parent_stack_us": _median_us(lambda: torch.stack([shared] * WORKERS, 0), 500),
     }
+    parent.send(None)
+    echo.join()
+    collector.shutdown()
+    return costs
 
 
 def _own_autogroup(nice: int) -> None:
@@ -178,9 +277,22 @@ def main() -> None:
         default=None,
         help="run in a new session whose autogroup has this nice value (Linux)",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="time what a worker batch costs besides its collection, then exit",
+    )
     args = parser.parse_args()
     if args.autogroup_nice is not None:
         _own_autogroup(args.autogroup_nice)
+    if args.breakdown:
+        costs = per_batch_costs(args.policy, 10 if args.quick else 40)
+        batch = costs["collect_batch_us"]
+        print(f"one worker batch of {FRAMES_PER_BATCH // WORKERS} frames ({args.policy} policy)")
+        for name, value in costs.items():
+            print(f"{name:<24}{value:>12.1f} us{value / batch:>9.2%}")
+        print(json.dumps({"benchmark": "collectors_per_batch", **costs}))
+        return
     rounds = args.rounds or (3 if args.quick else 6)
     batches = 8 if args.quick else 20
     make_env = partial(GymEnv, ENV_NAME)
@@ -205,7 +317,7 @@ def main() -> None:
     order = [("single", single), ("multi", multi), ("ceiling", ceiling)]
     for round_ in range(rounds):
         for name, run in order if round_ % 2 == 0 else order[::-1]:
-            runs[name].append(run())
+            runs[name].append(_in_fresh_process(run))
         line = ", ".join(f"{name} {runs[name][-1]['fps']:.0f}" for name in runs)
         print(f"round {round_}: frames/s {line}; load {os.getloadavg()[0]:.2f}", flush=True)
 
@@ -233,13 +345,16 @@ def main() -> None:
         "sync_cpu_us_per_frame": round(cpu_single * 1e6, 1),
         "multisync_cpu_us_per_frame": round(cpu_multi * 1e6, 1),
         "independent_cpu_us_per_frame": round(median("ceiling", "cpu_per_frame") * 1e6, 1),
+        "sync_cores": round(median("single", "cores"), 3),
+        "multisync_cores": round(median("multi", "cores"), 3),
+        "independent_cores": round(median("ceiling", "cores"), 3),
         "multisync_parent_cpu_share": round(median("multi", "parent_share"), 4),
         "idle_cores_ratio": round(WORKERS * cpu_single / cpu_multi, 3),
         "load_before": round(load_before[0], 2),
         "load_after": round(os.getloadavg()[0], 2),
         "autogroup": _autogroup(),
     }
-    print(f"{'collector':<44}{'frames/s':>10}{'CPU us/frame':>14}")
+    print(f"{'collector':<44}{'frames/s':>10}{'CPU us/frame':>14}{'cores busy':>12}")
     rows = [
         ("SyncDataCollector", "single"),
         (f"MultiSyncDataCollector ({WORKERS} workers)", "multi"),
@@ -247,13 +362,20 @@ def main() -> None:
     ]
     for label, name in rows:
         fps, cpu = median(name, "fps"), median(name, "cpu_per_frame") * 1e6
-        print(f"{label:<44}{fps:>10.0f}{cpu:>14.1f}")
+        print(f"{label:<44}{fps:>10.0f}{cpu:>14.1f}{median(name, 'cores'):>12.2f}")
     print(
         f"ratio {result['ratio']:.2f}x (ceiling on this machine now: "
         f"{result['ceiling_ratio']:.2f}x; on {WORKERS} idle cores: "
         f"{result['idle_cores_ratio']:.2f}x); parent CPU share "
         f"{result['multisync_parent_cpu_share']:.1%}; load {result['load_before']} -> "
         f"{result['load_after']}; {result['autogroup']}"
+    )
+    # frames/s = cores busy / CPU per frame, so the ratio is the product of these two
+    print(
+        f"ratio = cores busy {result['multisync_cores'] / result['sync_cores']:.2f}x "
+        f"* CPU per frame {cpu_single / cpu_multi:.2f}x (medians; the ceiling's: "
+        f"{result['independent_cores'] / result['sync_cores']:.2f}x * "
+        f"{cpu_single / median('ceiling', 'cpu_per_frame'):.2f}x)"
     )
     print(json.dumps(result))
 

@@ -7,10 +7,15 @@ and the reply only says that it is ready, so no batch is pickled. The policy's p
 point at shared memory owned by the parent: a weight update in the parent is seen by every
 worker at its next step, without a copy. Errors are answered with the worker's traceback;
 the worker exits on ``"close"`` or when the parent's end of the pipe is gone.
+
+Everything the worker inherits from a forked parent is moved to the garbage collector's
+permanent generation first: its collections then never walk (and write to) the parent's
+objects, whose memory pages would otherwise be copied one by one into the worker.
 """
 
 from __future__ import annotations
 
+import gc
 import signal
 import traceback
 import warnings
@@ -56,6 +61,7 @@ def worker_main(
     """
     from tdrl.collectors.sync import SyncDataCollector
 
+    gc.freeze()
     for other in inherited or ():
         other.close()
     # Ctrl-C reaches the whole process group: the parent decides when workers stop.
