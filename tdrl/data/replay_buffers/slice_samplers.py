@@ -55,15 +55,18 @@ def _stored_td(storage: Any) -> TensorDictBase | None:
 
 
 class FixedPlan(NamedTuple):
-    """Where whole slices may be drawn: a ``[3, count]`` int64 array and the storage size.
+    """Where whole slices may be drawn: one int64 array per field, one entry per trajectory.
 
-    Rows of ``table``: the flat storage index of each trajectory's first step, how many
-    first steps a slice may have in it, and the first step at which a slice ends on the
-    trajectory's termination (``-1`` when it was not terminated). ``wrap`` is the number of
-    rows when a trajectory wraps around the end of a full circular storage, else 0.
+    ``begin``: the flat storage index of each trajectory's first step; ``offsets``: how many
+    first steps a slice may have in it; ``terminal_first``: the first step at which a slice
+    ends on the trajectory's termination (``-1`` when it was not terminated). ``count`` is
+    the number of trajectories, ``wrap`` the number of rows when a trajectory wraps around
+    the end of a full circular storage, else 0.
     """
 
-    table: np.ndarray
+    begin: np.ndarray
+    offsets: np.ndarray
+    terminal_first: np.ndarray
     count: int
     wrap: int
 
@@ -443,9 +446,14 @@ class SliceSampler(Sampler):
         flat_starts = starts + timeline.offset
         # a slice ends on its trajectory's termination only from the last first step it may have
         terminal_first = torch.where(terminated, lengths - slice_len, -1)
-        table = torch.stack([flat_starts, lengths - slice_len + 1, terminal_first]).numpy()
         wraps = bool(timeline.offset) and bool((flat_starts + lengths > timeline.rows).any())
-        plan = FixedPlan(table, starts.numel(), timeline.rows if wraps else 0)
+        plan = FixedPlan(
+            flat_starts.numpy(),
+            (lengths - slice_len + 1).numpy(),
+            terminal_first.numpy(),
+            starts.numel(),
+            timeline.rows if wraps else 0,
+        )
         self._cache[key] = (segments, plan)
         return plan
 
@@ -458,9 +466,10 @@ class SliceSampler(Sampler):
         choice = self._draw(plan.count, num_slices).numpy()
         num_slices = choice.size  # the last batch of an epoch may hold fewer
         draw = torch.rand(num_slices, dtype=torch.float64, generator=self._rng).numpy()
-        begin, offsets, terminal_first = plan.table[:, choice]
-        first = (draw * offsets).astype(np.int64)
-        position = (begin + first)[:, None] + self._arange_np(slice_len)
+        first = (draw * plan.offsets.take(choice)).astype(np.int64)
+        begin = plan.begin.take(choice)
+        begin += first
+        position = begin[:, None] + self._arange_np(slice_len)
         if plan.wrap:
             np.remainder(position, plan.wrap, out=position)
         info: dict[Any, Any] = {}
@@ -470,8 +479,8 @@ class SliceSampler(Sampler):
             info[IS_INIT_KEY] = marks.reshape(-1, *([1] * len(shape))).expand(-1, *shape)
         if self.truncated_key is not None:
             # 1 where the slice ends on its trajectory's termination
-            ends_terminated = (first == terminal_first).view(np.int8)
-            flags = self._flag_table(slice_len)[:, ends_terminated].reshape(3, -1, 1)
+            ends_terminated = (first == plan.terminal_first.take(choice)).view(np.int8)
+            flags = self._flag_table(slice_len).take(ends_terminated, axis=1).reshape(3, -1, 1)
             truncated_key, terminated_key, done_key = self._flag_keys
             info[truncated_key] = torch.from_numpy(flags[0])
             info[terminated_key] = torch.from_numpy(flags[1])

@@ -15,16 +15,13 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils import _pytree
 
+from tdrl.data.replay_buffers.gather_program import GatherProgram
 from tdrl.data.replay_buffers.list_storage import LazyStackStorage, ListStorage
 from tdrl.data.replay_buffers.shared_init import SharedInit
 from tdrl.data.replay_buffers.storage_base import _EMPTY_MSG, Storage, _out_of_range, range_index
 from tdrl.data.replay_buffers.storage_state import from_plain_state, full_batch_size, plain_state
 from tdrl.data.replay_buffers.tensor_layout import TensorLayout, as_key_tuple
-from tdrl.data.replay_buffers.utils import (
-    expand_to_items,
-    gather_source,
-    retyped,
-)
+from tdrl.data.replay_buffers.utils import expand_to_items, retyped
 
 __all__ = [
     "LazyMemmapStorage",
@@ -170,7 +167,15 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_plan", "_leaves", "_flat_plan", "_flat_leaves", "_len_np", "_counters_np"):
+        for key in (
+            "_plan",
+            "_leaves",
+            "_flat_plan",
+            "_flat_leaves",
+            "_gather_programs",
+            "_len_np",
+            "_counters_np",
+        ):
             state.pop(key, None)
         return self._shared_state(state)
 
@@ -448,13 +453,40 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             gathered = [leaf.index_select(0, indices) for leaf in leaves]
             return _pytree.tree_unflatten(gathered, self._treespec)
         device = self._out_device
-        source = gather_source(plan, indices, batch, device, given)
+        batch = torch.Size(batch)
+        names = ()
+        if given:
+            if self._trailing:
+                given = {key: expand_to_items(value, batch) for key, value in given.items()}
+            names = tuple(given)
+            size = len(batch)
+            if any(
+                not isinstance(value, torch.Tensor) or value.shape[:size] != batch
+                for value in given.values()
+            ):
+                names = ()  # not of the batch's shape: set below, where the error is raised
+        program = self._gather_program(plan, names)
+        source = program.source(indices, given, batch, device)
         if extra:
             if self._trailing:
                 extra = {key: expand_to_items(value, batch) for key, value in extra.items()}
             source.update(extra)
-        out = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch), device=device)
+        out = TensorDict._new_unsafe(source=source, batch_size=batch, device=device, nested=False)
+        if given:
+            for name in program.leftover if names else given:
+                out.set(name, given[name])
         return out if self._tc_types is None else retyped(out, self._tc_types)
+
+    def _gather_program(self, plan: list, names: tuple) -> GatherProgram:
+        """The compiled gathers of ``plan`` with the given entries ``names`` (cached per layout)."""
+        programs = self._gather_programs
+        key = (id(plan), names)
+        program = programs.get(key)
+        if program is None or program.plan is not plan:
+            if len(programs) >= 64:  # names vary with the samplers used: keep the last ones
+                programs.clear()
+            program = programs[key] = GatherProgram(plan, names)
+        return program
 
     def gather(self, index: Any, extra: dict | None = None, given: dict | None = None) -> Any:
         """Read sampled items with one gather per leaf (indices are trusted).
@@ -462,8 +494,9 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
         Args:
             index: item indices from a sampler.
             extra: entries added at the root of the result (a tensordict storage).
-            given: nested dicts of tensors for stored entries the caller will set in the
-                result anyway (a sampler's flags): those leaves are not gathered.
+            given: tensors by entry key (nested keys as tuples) set in the result, of the
+                batch's leading shape (a sampler's flags): the stored leaves they replace
+                are not gathered, and entries not stored are added.
         """
         if self.ndim == 1:
             return self._gather_rows(index, extra, given)

@@ -162,6 +162,7 @@ class TensorLayout:
             [math.prod(td.shape[d + 1 : self.ndim]) for d in range(self.ndim)], dtype=torch.long
         )
         self._out_device = self._td.device
+        self._gather_programs: dict = {}  # compiled gathers of the plans above (see gather)
 
     def _wrap(self, td: TensorDictBase) -> Any:
         if self._kind == "tensordict":

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer
 from tdrl.data.replay_buffers.samplers import PrioritizedSampler
@@ -17,28 +17,6 @@ from tdrl.data.replay_buffers.writers import TensorDictRoundRobinWriter
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
 
 _INFO_KEYS = ("index", "priority_weight")
-
-
-def _set_gathered(data: TensorDictBase, key: tuple, value: torch.Tensor) -> None:
-    """Set the nested entry ``key`` of a TensorDict the storage just built for a sample.
-
-    Sampler extras (truncation flags) have the batch shape of the sample: where every node
-    on the way is a plain TensorDict of a batch shape ``value`` starts with, the entry is
-    put in place directly, skipping the checks of ``set`` (a few microseconds per key).
-    """
-    node = data
-    for part in key[:-1]:
-        node = node._tensordict.get(part) if type(node) is TensorDict else None
-        if node is None:
-            break
-    if (
-        type(node) is TensorDict
-        and not node.is_locked
-        and value.shape[: node.batch_dims] == node.batch_size
-    ):
-        node._tensordict[key[-1]] = value
-    else:
-        data.set(key, value)
 
 
 class TensorDictReplayBuffer(ReplayBuffer):
@@ -76,37 +54,21 @@ class TensorDictReplayBuffer(ReplayBuffer):
         storage = self._storage
         stored_index = torch.stack(index, -1) if isinstance(index, tuple) else index
         if isinstance(storage, TensorStorage) and storage.kind == "tensordict":
-            nested = []
-            if all(type(key) is str for key in info):
-                # the usual case, flat keys: one dict, "index" first and set to stored_index
-                extra = {"index": stored_index, **info}
-                extra["index"] = stored_index
-            else:
-                extra = {"index": stored_index}
-                for key, value in info.items():
-                    if key == "index":
-                        continue
-                    if isinstance(key, tuple):
-                        if len(key) > 1:
-                            nested.append((key, value))
-                            continue
-                        key = key[0]
-                    extra[key] = value
+            # "index" first, then the sampler's extras: flat keys at the root, nested ones
+            # (flags) given to the storage, which does not gather the stored entries they replace
+            extra = {"index": stored_index}
             given = None
-            if nested:
-                # the storage need not gather the stored entries the flags replace
-                given = {}
-                for key, value in nested:
-                    node = given
-                    for part in key[:-1]:
-                        node = node.setdefault(part, {})
-                    node[key[-1]] = value
-            data = storage.gather(index, extra, given)
-            if nested:
-                batch = tuple(data.batch_size)
-                for key, value in nested:
-                    _set_gathered(data, key, expand_to_items(value, batch))
-            return data
+            for key, value in info.items():
+                if type(key) is str:
+                    if key != "index":
+                        extra[key] = value
+                elif len(key) > 1:
+                    if given is None:
+                        given = {}
+                    given[key] = value
+                else:
+                    extra[key[0]] = value
+            return storage.gather(index, extra, given)
         data = self._collate_fn(storage.gather(index))
         if isinstance(data, TensorDictBase):
             batch = tuple(data.batch_size)

@@ -25,7 +25,6 @@ __all__ = [
     "checked_batch_size",
     "collect_leaves",
     "expand_to_items",
-    "gather_source",
     "item_list",
     "keys_of",
     "leading_dim",
@@ -232,34 +231,6 @@ def tensordict_plan(td: TensorDictBase, batch_dims: int) -> list[tuple[str, Any,
         else:
             plan.append((key, value, None))
     return plan
-
-
-def gather_source(
-    plan: list, index: torch.Tensor, batch: tuple[int, ...], device: Any, given: dict | None = None
-) -> dict:
-    """The entries of a batch gathered along dim 0: one ``index_select`` per leaf.
-
-    ``given`` (nested dicts of tensors, keyed like the plan) holds entries whose values the
-    caller already has (a sampler's flags): a leaf found there with the batch's leading shape
-    is taken from it instead of being gathered.
-    """
-    source = {}
-    for key, entry, sub_dims in plan:
-        value = given.get(key) if given else None
-        if sub_dims is None:
-            if isinstance(value, torch.Tensor) and value.shape[: len(batch)] == batch:
-                source[key] = value
-            else:
-                source[key] = entry.index_select(0, index)
-        else:
-            sub_batch = torch.Size(batch + sub_dims)
-            sub_given = value if isinstance(value, dict) else None
-            source[key] = TensorDict._new_unsafe(
-                source=gather_source(entry, index, batch, device, sub_given),
-                batch_size=sub_batch,
-                device=device,
-            )
-    return source
 
 
 def keys_of(plan: list, prefix: tuple = ()) -> list[tuple[str, ...]]:

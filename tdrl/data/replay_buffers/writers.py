@@ -6,6 +6,7 @@ import os
 from multiprocessing import context as _mp_context
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
@@ -322,7 +323,8 @@ class RoundRobinWriter(Writer):
             if cursor + written <= rows:
                 storage.set(slice(cursor, cursor + written), data)
                 if index is None:
-                    index = torch.arange(cursor, cursor + written)
+                    # numpy's arange costs half of torch's at this size
+                    index = torch.from_numpy(np.arange(cursor, cursor + written, dtype=np.int64))
             else:
                 positions = (torch.arange(written) + cursor) % rows
                 storage.set(positions, data)
