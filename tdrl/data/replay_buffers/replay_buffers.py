@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,8 @@ from tdrl.data.replay_buffers.conditional_updates import UpdateResult, update_if
 from tdrl.data.replay_buffers.errors import DataValueError
 from tdrl.data.replay_buffers.in_place import InPlaceAccess
 from tdrl.data.replay_buffers.memmap_storage import LazyMemmapStorage
-from tdrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
+from tdrl.data.replay_buffers.prefetch import PrefetchQueue
+from tdrl.data.replay_buffers.samplers import RandomSampler, Sampler
 from tdrl.data.replay_buffers.storages import (
     LazyStackStorage,
     ListStorage,
@@ -143,7 +143,7 @@ class ReplayBuffer(InPlaceAccess):
         self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self._prefetch_cap = int(prefetch or 0)
         self._replay_lock = threading.RLock()
-        self._start_prefetch()
+        self._prefetch_queue = PrefetchQueue(self._prefetch_cap)
         self._batch_size = batch_size
         self.checkpointer = checkpointer
         self._rng = generator
@@ -210,22 +210,20 @@ class ReplayBuffer(InPlaceAccess):
             self._initialize()
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _start_prefetch(self) -> None:
-        self._prefetch_queue: collections.deque = collections.deque()
-        self._prefetch_executor = (
-            ThreadPoolExecutor(max_workers=self._prefetch_cap) if self._prefetch_cap else None
-        )
-
     def __getstate__(self) -> dict[str, Any]:
+        # the batches drawn ahead travel with the state they were drawn from
+        queued = self._prefetch_queue.snapshot()
         state = self.__dict__.copy()
-        for key in ("_replay_lock", "_prefetch_queue", "_prefetch_executor"):
-            state.pop(key)
+        state.pop("_replay_lock")
+        state["_prefetch_queue"] = queued
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        queued = state.pop("_prefetch_queue", [])
         self.__dict__.update(state)
         self._replay_lock = threading.RLock()
-        self._start_prefetch()
+        self._prefetch_queue = PrefetchQueue(self._prefetch_cap)
+        self._prefetch_queue.restore(queued)
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Use ``generator`` for every random draw of the sampler, storage and writer."""
@@ -550,6 +548,11 @@ class ReplayBuffer(InPlaceAccess):
             data = pinned(data)
         return data, info
 
+    def _draw_ahead(self, batch_size: int) -> tuple[Any, dict, bool]:
+        """A batch drawn for the prefetch queue, with whether it ended the sampler's epoch."""
+        data, info = self._sample(batch_size)
+        return data, info, self._sampler.ran_out
+
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Draw a batch through the sampler, then collate and transform it.
 
@@ -568,10 +571,7 @@ class ReplayBuffer(InPlaceAccess):
         elif type(batch_size) is not int or batch_size < 0:
             batch_size = checked_batch_size(batch_size)
         if self._prefetch_cap and batch_size == self._batch_size:
-            queue = self._prefetch_queue
-            while len(queue) < self._prefetch_cap:
-                queue.append(self._prefetch_executor.submit(self._sample, batch_size))
-            data, info = queue.popleft().result()
+            data, info, _ = self._prefetch_queue.next(partial(self._draw_ahead, batch_size))
         else:
             data, info = self._sample(batch_size)
         return (data, info) if return_info else data
@@ -584,10 +584,16 @@ class ReplayBuffer(InPlaceAccess):
                 "Cannot iterate over the replay buffer. Batch_size was not specified: pass "
                 "batch_size to the constructor to iterate"
             )
+        batch_size = self._batch_size
+        draw = partial(self._draw_ahead, batch_size)
         while True:
-            data, _ = self._sample(self._batch_size)
+            if self._prefetch_cap:
+                # the batches drawn ahead come first; each knows whether it ended the epoch
+                data, _, ran_out = self._prefetch_queue.next(draw)
+            else:
+                data, _, ran_out = draw()
             yield data
-            if self._sampler.ran_out:
+            if ran_out:
                 return
 
     def empty(self, empty_write_count: bool = True) -> None:
@@ -597,8 +603,9 @@ class ReplayBuffer(InPlaceAccess):
             empty_write_count: also reset :attr:`write_count` to 0 (else it keeps counting).
         """
         self._ensure_init()
+        # the queued draws need the lock: let them finish before taking it
+        self._prefetch_queue.clear()
         with self._replay_lock:
-            self._prefetch_queue.clear()
             self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._storage.empty()
@@ -657,9 +664,14 @@ class ReplayBuffer(InPlaceAccess):
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """States of the storage, sampler, writer and transforms, for ``torch.save``."""
+        """States of the storage, sampler, writer and transforms, for ``torch.save``.
+
+        With ``prefetch``, the batches already drawn ahead are saved too (as copies), so a
+        buffer loading this state hands out the same batches as this one from here on.
+        """
         self._ensure_init()
-        return {
+        queued = self._prefetch_queue.snapshot() if self._prefetch_cap else None
+        state = {
             "_storage": self._storage.state_dict(),
             "_sampler": self._sampler.state_dict(),
             "_writer": self._writer.state_dict(),
@@ -669,6 +681,9 @@ class ReplayBuffer(InPlaceAccess):
             "_batch_size": self._batch_size,
             "_rng": None if self._rng is None else self._rng.get_state(),
         }
+        if queued is not None:
+            state["_prefetch_state"] = {"capacity": self._prefetch_cap, "queue": queued}
+        return state
 
     def dumps(self, path: str | os.PathLike) -> None:
         """Save the storage, sampler and writer (not the transforms) under the folder ``path``.
@@ -688,13 +703,29 @@ class ReplayBuffer(InPlaceAccess):
         self._ensure_init()
         from tdrl.data.replay_buffers.checkpointers import load_buffer
 
+        self._prefetch_queue.clear()
         with self._replay_lock:
-            self._prefetch_queue.clear()
             load_buffer(self, path)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what :meth:`state_dict` returned.
+
+        The batches the saved buffer had drawn ahead replace this buffer's queue; a state
+        saved without them (or by a buffer without ``prefetch``) leaves the queue empty.
+
+        Raises:
+            RuntimeError: when the state holds a prefetch queue of another capacity than
+                this buffer's ``prefetch`` (nothing is loaded then).
+        """
         self._ensure_init()
+        prefetched = state_dict.get("_prefetch_state")
+        if prefetched is not None and prefetched["capacity"] != self._prefetch_cap:
+            raise RuntimeError(
+                f"cannot load a replay buffer state holding a prefetch queue with capacity "
+                f"{prefetched['capacity']} into a buffer built with prefetch={self._prefetch_cap}"
+            )
+        # the queued draws need the lock and would change the state loaded below
+        self._prefetch_queue.clear()
         with self._replay_lock:
             self._storage.load_state_dict(state_dict["_storage"])
             self._known_max_size = self._storage.max_size
@@ -706,6 +737,8 @@ class ReplayBuffer(InPlaceAccess):
             self._batch_size = state_dict.get("_batch_size", self._batch_size)
             if state_dict.get("_rng") is not None and self._rng is not None:
                 self._rng.set_state(state_dict["_rng"])
+            if prefetched is not None:
+                self._prefetch_queue.restore(prefetched["queue"])
 
     def __repr__(self) -> str:
         if not self._initialized:
@@ -716,67 +749,8 @@ class ReplayBuffer(InPlaceAccess):
         )
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
-    """A replay buffer with prioritized sampling (a :class:`PrioritizedSampler`).
-
-    Args:
-        alpha: priority exponent.
-        beta: importance-sampling exponent.
-        eps: added to every priority (a priority of 0 is valid when ``eps > 0``).
-        dtype: dtype of the importance weights.
-        storage, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
-            generator, shared, compilable: as in :class:`ReplayBuffer`.
-
-    Examples:
-        >>> import torch
-        >>> from tdrl.data.replay_buffers import LazyTensorStorage
-        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10))
-        >>> _ = rb.extend(torch.arange(10))
-        >>> data, info = rb.sample(4, return_info=True)
-        >>> rb.update_priority(info["index"], torch.rand(4) + 0.1)
-        >>> info["priority_weight"].shape
-        torch.Size([4])
-    """
-
-    def __init__(
-        self,
-        *,
-        alpha: float,
-        beta: float,
-        eps: float = 1e-8,
-        dtype: torch.dtype = torch.float,
-        storage: Storage | None = None,
-        collate_fn: Callable | None = None,
-        pin_memory: bool = False,
-        prefetch: int | None = None,
-        transform: Any = None,
-        batch_size: int | None = None,
-        dim_extend: int | None = None,
-        generator: torch.Generator | None = None,
-        shared: bool = False,
-        compilable: bool | None = None,
-    ) -> None:
-        # the priority trees are sized from the storage: a storage factory is built now
-        storage = built_component(storage, Storage, "storage")
-        if storage is None:
-            storage = ListStorage(max_size=1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
-        super().__init__(
-            storage=storage,
-            sampler=sampler,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            prefetch=prefetch,
-            transform=transform,
-            batch_size=batch_size,
-            dim_extend=dim_extend,
-            generator=generator,
-            shared=shared,
-            compilable=compilable,
-        )
-
-
 # Kept importable from here, the reference API's module for them.
+from tdrl.data.replay_buffers.prioritized_buffer import PrioritizedReplayBuffer  # noqa: E402
 from tdrl.data.replay_buffers.tensordict_buffers import (  # noqa: E402
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
