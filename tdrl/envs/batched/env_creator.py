@@ -56,7 +56,8 @@ class EnvCreator:
     workers. An ``EnvCreator`` pickles with cloudpickle, so lambdas and local
     functions can be sent to worker processes.
 
-    With ``share_memory`` (the default), the state of the env built at creation
+    With ``share_memory`` (the default), the env built at creation is reset and takes
+    one random step (so that state built from the first data exists), then its state
     (its ``state_dict()``: parameters, buffers and transform statistics such as
     :class:`~tdrl.envs.VecNorm`'s) is moved to shared memory, and every env the
     creator builds, in this process or in worker processes, loads it by reference:
@@ -101,7 +102,12 @@ class EnvCreator:
         env = create_env_fn(**self.create_env_kwargs)
         try:
             self._meta_data = EnvMetaData.metadata_from_env(env)
-            state = env.state_dict() if share_memory else {}
+            state = {}
+            if share_memory:
+                # one reset and one random step build the state that transforms create on
+                # their first data, so that it exists (and is shared) before any worker starts
+                env.rand_step(env.reset())
+                state = env.state_dict()
             self._shared_state = _to_shared(dict(state))
         finally:
             env.close()

@@ -24,6 +24,27 @@ READ_ONLY_SPEC_ERROR = (
 )
 
 
+_TRANSFORM = "transform."
+_BASE_ENV = "base_env."
+
+
+# The state of a TransformedEnv is its transform's state, keys as the transform names them
+# ("transforms.1._extra_state" for the second transform of a Compose), next to the base env's
+# own state under "base_env.". These two hooks map those keys to and from the module tree.
+def _transform_keys_at_top(module: Any, state: dict, prefix: str, local_metadata: Any) -> None:
+    inner = prefix + _TRANSFORM
+    for key in [key for key in state if key.startswith(inner)]:
+        state[prefix + key[len(inner) :]] = state.pop(key)
+
+
+def _transform_keys_under_transform(
+    module: Any, state: dict, prefix: str, *args: Any, **kwargs: Any
+) -> None:
+    base = prefix + _BASE_ENV
+    for key in [key for key in state if key.startswith(prefix) and not key.startswith(base)]:
+        state[prefix + _TRANSFORM + key[len(prefix) :]] = state.pop(key)
+
+
 class TransformedEnv(EnvBase):
     """An environment whose inputs and outputs go through a transform.
 
@@ -33,6 +54,8 @@ class TransformedEnv(EnvBase):
     through the transform's spec hooks, and again whenever the transform chain
     changes (``append_transform``, ``insert_transform``, ``Compose.append``...).
     Attributes that the transformed env lacks are looked up on the base env.
+    Its ``state_dict()`` holds the transform's state under the transform's own key names
+    and the base env's state under ``"base_env."``.
 
     Args:
         base_env: the env to transform.
@@ -96,6 +119,8 @@ class TransformedEnv(EnvBase):
             spec_locked=spec_locked,
         )
         self._modules["base_env"] = base_env
+        self.register_state_dict_post_hook(_transform_keys_at_top)
+        self.register_load_state_dict_pre_hook(_transform_keys_under_transform)
         self._set_transform(transform)
         if device is not None and torch.device(device) != self.device:
             self.to(device)

@@ -341,6 +341,17 @@ class VecNorm(LockedStats):
             )
             stats.update(loaded.clone().share_memory_())
             return
+        # statistics moved to shared memory are locked (sub-tensordicts of nested keys too)
+        relock = stats.is_locked
+        stats.unlock_()
+        try:
+            self._load_stats(stats, loaded)
+        finally:
+            if relock:
+                stats.lock_()
+
+    @staticmethod
+    def _load_stats(stats: TensorDictBase, loaded: TensorDictBase) -> None:
         for key, value in loaded.items(True, True):
             current = stats.get(key, None)
             if value.is_shared() and (current is None or current.shape == value.shape):
