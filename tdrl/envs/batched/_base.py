@@ -9,6 +9,7 @@ building outputs from the buffers, attribute access) lives here.
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -300,6 +301,43 @@ class BatchedEnvBase(EnvBase):
             f"{type(self).__name__}[{index!r}] = ...: replacing a sub-env (a snapshot "
             "writeback of its state into a worker) is not supported; build a new batched env"
         )
+
+    # --------------------------------------------------------------- state
+    def state_dict(
+        self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict:
+        """The ``state_dict()`` of every sub-env, under ``"worker0"``, ``"worker1"``...
+
+        A ParallelEnv returns copies of its workers' tensors, taken when called.
+        """
+        self._ensure_started()
+        states = self._run("call", ("state_dict", (), {"keep_vars": keep_vars}))
+        destination = OrderedDict() if destination is None else destination
+        for w, state in enumerate(states):
+            destination[f"{prefix}worker{w}"] = state
+        return destination
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> None:
+        """Load ``state_dict["workerN"]`` into sub-env ``N`` (as returned by :meth:`state_dict`).
+
+        Raises:
+            KeyError: with ``strict``, when a worker's entry is missing or an entry names no
+                worker.
+        """
+        names = [f"worker{w}" for w in range(self.num_workers)]
+        if strict:
+            missing = [name for name in names if name not in state_dict]
+            unexpected = [key for key in state_dict if key not in names]
+            if missing or unexpected:
+                raise KeyError(
+                    f"{type(self).__name__}.load_state_dict: expected the keys {names}; "
+                    f"missing {missing}, unexpected {unexpected}"
+                )
+        self._ensure_started()
+        for w, name in enumerate(names):
+            if name in state_dict:
+                kwargs = {"strict": strict, "assign": assign}
+                self._run("call", ("load_state_dict", (state_dict[name],), kwargs), [w])
 
     def __enter__(self) -> BatchedEnvBase:
         return self

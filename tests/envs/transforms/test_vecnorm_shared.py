@@ -123,3 +123,20 @@ def test_transformed_env_state_dict_names_the_transform_keys():
     holder = torch.nn.ModuleDict({"env": other})
     assert list(holder.state_dict()) == ["env.transforms.1._extra_state"]
     holder.load_state_dict(holder.state_dict())
+
+
+@pytest.mark.parametrize("batched", ["serial", "parallel"])
+def test_batched_env_state_dict_holds_one_entry_per_worker(batched):
+    from tdrl.envs import SerialEnv
+
+    cls = SerialEnv if batched == "serial" else ParallelEnv
+    with cls(2, lambda: _normalized_pendulum(new_api=True)) as env:
+        env.rollout(3, break_when_any_done=False)
+        state = env.state_dict()
+        assert list(state) == ["worker0", "worker1"]
+        assert _counts(state["worker0"], True) == (4, 3)
+        with cls(2, lambda: _normalized_pendulum(new_api=True)) as other:
+            other.load_state_dict(state)
+            assert _counts(other.state_dict()["worker1"], True) == (4, 3)
+            with pytest.raises(KeyError, match=r"missing \['worker1'\]"):
+                other.load_state_dict({"worker0": state["worker0"]})
