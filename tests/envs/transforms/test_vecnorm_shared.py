@@ -40,11 +40,11 @@ def _counts(state: dict, new_api: bool) -> tuple[float, float]:
     return stats["nested", "obs_count"].item(), stats["reward_count"].item()
 
 
-def _run_one_env(creator: EnvCreator, seed: int, done) -> None:
+def _run_one_env(creator: EnvCreator, seed: int, done, steps: int = STEPS) -> None:
     env = creator()
     env.set_seed(seed)
     tensordict = env.reset()
-    for _ in range(STEPS):
+    for _ in range(steps):
         tensordict = step_mdp(env.rand_step(tensordict))
     done.put(True)
 
@@ -68,6 +68,26 @@ def test_processes_update_the_statistics_of_their_creator(new_api, start_method)
     assert [proc.exitcode for proc in procs] == [0, 0]
     # each process: one reset and STEPS steps
     assert _counts(creator.state_dict(), new_api) == (2 + 2 * (STEPS + 1), 1 + 2 * STEPS)
+
+
+@pytest.mark.parametrize("new_api", [False, True], ids=["VecNorm", "VecNormV2"])
+def test_concurrent_updates_are_not_lost(new_api):
+    # the updates of processes sharing statistics take turns under the creator's lock
+    creator = EnvCreator(lambda: _normalized_pendulum(new_api))
+    ctx = mp.get_context("fork")
+    done = ctx.Queue()
+    nprocs, steps = 4, 150
+    procs = [
+        ctx.Process(target=_run_one_env, args=(creator, i, done, steps)) for i in range(nprocs)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        assert [done.get(timeout=300) for _ in procs] == [True] * nprocs
+    finally:
+        for proc in procs:
+            proc.join(60)
+    assert _counts(creator.state_dict(), new_api) == (2 + nprocs * (steps + 1), 1 + nprocs * steps)
 
 
 @pytest.mark.parametrize("new_api", [False, True], ids=["VecNorm", "VecNormV2"])
