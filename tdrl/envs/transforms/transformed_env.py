@@ -54,6 +54,7 @@ class TransformedEnv(EnvBase):
     through the transform's spec hooks, and again whenever the transform chain
     changes (``append_transform``, ``insert_transform``, ``Compose.append``...).
     Attributes that the transformed env lacks are looked up on the base env.
+    The transforms run in eval mode until ``env.train()``.
     Its ``state_dict()`` holds the transform's state under the transform's own key names
     and the base env's state under ``"base_env."``.
 
@@ -119,6 +120,8 @@ class TransformedEnv(EnvBase):
             spec_locked=spec_locked,
         )
         self._modules["base_env"] = base_env
+        # transforms run in eval mode until env.train() (the base env keeps its own modes)
+        self.training = False
         self.register_state_dict_post_hook(_transform_keys_at_top)
         self.register_load_state_dict_pre_hook(_transform_keys_under_transform)
         self._set_transform(transform)
@@ -145,6 +148,7 @@ class TransformedEnv(EnvBase):
 
     def _set_transform(self, transform: Transform) -> None:
         transform.set_container(self)
+        transform.train(self.training)
         self.__dict__["_transform"] = transform
         self._modules["transform"] = transform
         self._compute_specs()
@@ -342,14 +346,25 @@ class TransformedEnv(EnvBase):
     def append_transform(
         self, transform: Transform | Callable[[TensorDictBase], TensorDictBase]
     ) -> TransformedEnv:
-        """Add a transform at the end of the chain; returns this env."""
+        """Add a transform at the end of the chain; returns this env.
+
+        The transform takes the env's mode (eval until :meth:`train`). The transforms of a
+        free :class:`Compose` join the chain one by one.
+        """
         transform = _as_transform(transform)
+        added = [transform]
+        if type(transform) is Compose and transform.container is None:
+            added = list(transform)
+            for child in added:
+                child.reset_parent()
         current = self.__dict__["_transform"]
         if not isinstance(current, Compose):
             current.reset_parent()
-            self._set_transform(Compose(current, transform))
+            self._set_transform(Compose(current, *added))
         else:
-            current.append(transform)
+            for child in added:
+                child.train(self.training)
+                current.append(child)
         return self
 
     def insert_transform(
@@ -357,6 +372,7 @@ class TransformedEnv(EnvBase):
     ) -> TransformedEnv:
         """Insert a transform at ``index`` of the chain; returns this env."""
         transform = _as_transform(transform)
+        transform.train(self.training)
         current = self.__dict__["_transform"]
         if not isinstance(current, Compose):
             current.reset_parent()
