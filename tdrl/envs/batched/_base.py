@@ -452,8 +452,10 @@ class BatchedEnvBase(EnvBase):
                 extras[w] = extra
                 has_extra = has_extra or extra is not None
         out = _shared.read_region(self._views[region], missing)
-        if has_extra or extras[0] is not None:
-            for key in extras[0] or {}:
+        if has_extra or any(extra is not None for extra in extras):
+            # the keys of every worker: one left out of a partial step has sent none yet
+            keys = dict.fromkeys(key for extra in extras if extra for key in extra)
+            for key in keys:
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
         if self._data_classes:
@@ -613,6 +615,15 @@ class BatchedEnvBase(EnvBase):
                     value.copy_(previous)
                 else:
                     value.zero_()
+        # non-tensor entries (strings...) of the skipped sub-envs keep the input's values too
+        stepped = torch.ones(self.num_workers, dtype=torch.bool)
+        stepped[skipped] = False
+        for key, value in list(out.items(True, True, is_leaf=is_data_leaf)):
+            previous = tensordict.get(key, None)
+            if is_non_tensor(value) and is_non_tensor(previous):
+                shape = value.batch_size
+                mask = stepped.reshape(-1, *([1] * (len(shape) - 1))).expand(shape)
+                out.set(key, merge_non_tensor(value, previous, mask))
 
     def _reset_workers(self, masks: list) -> tuple[list[int], list[int]]:
         """The workers with an element to reset, and those of them resetting only some."""
