@@ -40,9 +40,13 @@ def _transform_keys_at_top(module: Any, state: dict, prefix: str, local_metadata
 def _transform_keys_under_transform(
     module: Any, state: dict, prefix: str, *args: Any, **kwargs: Any
 ) -> None:
-    base = prefix + _BASE_ENV
-    for key in [key for key in state if key.startswith(prefix) and not key.startswith(base)]:
-        state[prefix + _TRANSFORM + key[len(prefix) :]] = state.pop(key)
+    # the env's own entries (parameters, buffers, other submodules of a subclass) stay
+    own = {name for name, _ in module.named_parameters(recurse=False)}
+    own.update(name for name, _ in module.named_buffers(recurse=False))
+    own.update(name for name, _ in module.named_children() if name != "transform")
+    for key in [key for key in state if key.startswith(prefix)]:
+        if key[len(prefix) :].split(".", 1)[0] not in own:
+            state[prefix + _TRANSFORM + key[len(prefix) :]] = state.pop(key)
 
 
 class TransformedEnv(EnvBase):

@@ -160,3 +160,21 @@ def test_batched_env_state_dict_holds_one_entry_per_worker(batched):
             assert _counts(other.state_dict()["worker1"], True) == (4, 3)
             with pytest.raises(KeyError, match=r"missing \['worker1'\]"):
                 other.load_state_dict({"worker0": state["worker0"]})
+
+
+def test_a_transformed_env_subclass_keeps_its_own_state_entries():
+    class WithScale(TransformedEnv):
+        def __init__(self):
+            super().__init__(GymEnv("Pendulum-v1"), VecNorm(in_keys=["observation"]))
+            self.register_buffer("scale", torch.ones(2))
+
+    env = WithScale()
+    env.rollout(2)
+    state = env.state_dict()
+    assert set(state) == {"_extra_state", "scale"}
+    other = WithScale()
+    state["scale"] = torch.full((2,), 3.0)
+    result = other.load_state_dict(state)
+    assert not result.missing_keys and not result.unexpected_keys
+    assert (other.scale == 3.0).all()
+    assert other.state_dict()["_extra_state"]["observation_count"] > 0
