@@ -8,12 +8,10 @@ import subprocess
 import sys
 
 from tdrl.data.replay_buffers import process_lock
-from tdrl.data.replay_buffers.process_lock import ProcessLock
 
 # makes a lock, reports its file, then (optionally) forks a child that holds it, and waits
 _CHILD = r"""
 import multiprocessing as mp, sys, time
-from tdrl.data.replay_buffers.process_lock import ProcessLock
 
 def hold(lock, taken):
     lock.acquire()
@@ -42,6 +40,12 @@ def _start_child(mode: str = "plain") -> tuple[subprocess.Popen, list[str]]:
     return proc, lines
 
 
+def _make_a_lock_in_a_new_process() -> None:
+    # a process sweeps the lock directory when it makes its first lock
+    code = "from tdrl.data.replay_buffers.process_lock import ProcessLock; ProcessLock()"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def _kill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)  # reaped: its pid names no process any more
@@ -53,14 +57,14 @@ def test_the_file_of_a_sigkilled_creator_is_removed_by_the_next_lock():
     assert os.path.basename(path).startswith(f"tdrl-lock-{process_lock._NAMESPACE}-{proc.pid}-")
     _kill(proc)
     assert os.path.exists(path), "SIGKILL runs no finalizer: the file stays until cleaned"
-    ProcessLock("new lock")
+    _make_a_lock_in_a_new_process()
     assert not os.path.exists(path)
 
 
 def test_the_file_of_a_live_creator_is_kept():
     proc, (path,) = _start_child()
     try:
-        ProcessLock("new lock")
+        _make_a_lock_in_a_new_process()
         assert os.path.exists(path)
     finally:
         _kill(proc)
@@ -71,7 +75,7 @@ def test_a_file_still_locked_by_a_surviving_child_is_kept():
     grandchild = int(grandchild)
     try:
         _kill(proc)  # the creator dies; its forked child still holds the lock
-        ProcessLock("new lock")
+        _make_a_lock_in_a_new_process()
         assert os.path.exists(path)
     finally:
         os.kill(grandchild, signal.SIGKILL)
@@ -88,7 +92,7 @@ def test_files_of_another_pid_namespace_or_another_format_are_left_alone(tmp_pat
     ours = tmp_path / f"tdrl-lock-{process_lock._NAMESPACE}-{pid}-abc_9"
     for path in (other_namespace, old_format, ours):
         path.touch()
-    process_lock._remove_stale_lock_files(str(tmp_path))
+    process_lock._remove_stale_lock_files(str(tmp_path), force=True)
     assert other_namespace.exists() and old_format.exists()
     assert not ours.exists()
 

@@ -46,26 +46,41 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_lock_files(directory: str) -> None:
+# a process sweeps the lock directory when it makes its first lock, then at most this often
+_SWEEP_INTERVAL = 30.0
+_LAST_SWEEP: float | None = None
+
+
+def _remove_stale_lock_files(directory: str, force: bool = False) -> None:
     """Remove the lock files of this namespace whose creating process is gone.
 
     A process killed by SIGKILL runs no finalizer, so the (empty) files of its locks stay.
     A file is removed only when no process holds its record lock and its creator's pid names
     no process *after* the directory was listed: a process reusing that pid later makes files of its own under new names. Two
     processes cleaning at once race harmlessly (the loser's unlink finds nothing).
+    A process sweeps at its first lock, then at most every ``_SWEEP_INTERVAL`` seconds
+    (``force`` sweeps now).
     """
+    global _LAST_SWEEP
+    now = time.monotonic()
+    if not force and _LAST_SWEEP is not None and now - _LAST_SWEEP < _SWEEP_INTERVAL:
+        return
+    _LAST_SWEEP = now
     try:
         names = os.listdir(directory)
     except OSError:
         return
-    own = os.getpid()
+    ours = f"{_PREFIX}{_NAMESPACE}-"
+    own = f"{ours}{os.getpid()}-"
     for name in names:
+        if not name.startswith(ours) or name.startswith(own):
+            continue
         match = _NAME.match(name)
         if match is None or match.group(1) != _NAMESPACE:
             continue
         pid = int(match.group(2))
         path = os.path.join(directory, name)
-        if pid == own or path in _PER_PROCESS or _alive(pid) or _held_by_another(path):
+        if path in _PER_PROCESS or _alive(pid) or _held_by_another(path):
             continue
         try:
             os.unlink(path)
