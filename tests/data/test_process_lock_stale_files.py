@@ -12,6 +12,7 @@ from tdrl.data.replay_buffers import process_lock
 # makes a lock, reports its file, then (optionally) forks a child that holds it, and waits
 _CHILD = r"""
 import multiprocessing as mp, sys, time
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 
 def hold(lock, taken):
     lock.acquire()
