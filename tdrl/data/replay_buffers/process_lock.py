@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import struct
 import tempfile
 import threading
@@ -15,6 +16,92 @@ from typing import Any
 __all__ = ["LockTimeoutError", "ProcessLock"]
 
 _LOCK_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+_PREFIX = "tdrl-lock-"
+
+
+def _pid_namespace() -> str:
+    """The inode of this process's pid namespace ("0" where /proc does not say).
+
+    Pids only mean something inside one namespace: a lock file made in another one (a
+    container sharing ``/dev/shm``) is never judged by a pid of ours.
+    """
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or "0"
+    except OSError:
+        return "0"
+
+
+_NAMESPACE = _pid_namespace()
+# tdrl-lock-<pid namespace>-<creator pid>-<random>
+_NAME = re.compile(rf"^{_PREFIX}(\d+)-(\d+)-\w+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+# a process sweeps the lock directory when it makes its first lock, then at most this often
+_SWEEP_INTERVAL = 30.0
+_LAST_SWEEP: float | None = None
+
+
+def _remove_stale_lock_files(directory: str, force: bool = False) -> None:
+    """Remove the lock files of this namespace whose creating process is gone.
+
+    A process killed by SIGKILL runs no finalizer, so the (empty) files of its locks stay.
+    A file is removed only when no process holds its record lock and its creator's pid names
+    no process *after* the directory was listed: a process reusing that pid later makes files of its own under new names. Two
+    processes cleaning at once race harmlessly (the loser's unlink finds nothing).
+    A process sweeps at its first lock, then at most every ``_SWEEP_INTERVAL`` seconds
+    (``force`` sweeps now).
+    """
+    global _LAST_SWEEP
+    now = time.monotonic()
+    if not force and _LAST_SWEEP is not None and now - _LAST_SWEEP < _SWEEP_INTERVAL:
+        return
+    _LAST_SWEEP = now
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    ours = f"{_PREFIX}{_NAMESPACE}-"
+    own = f"{ours}{os.getpid()}-"
+    for name in names:
+        if not name.startswith(ours) or name.startswith(own):
+            continue
+        match = _NAME.match(name)
+        if match is None or match.group(1) != _NAMESPACE:
+            continue
+        pid = int(match.group(2))
+        path = os.path.join(directory, name)
+        if path in _PER_PROCESS or _alive(pid) or _held_by_another(path):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:  # already removed by another cleaner, or not ours to remove
+            pass
+
+
+def _held_by_another(path: str) -> bool:
+    """Whether a process (a surviving child of the creator) holds the record lock of ``path``."""
+    # Never called on a file this process has open: closing this descriptor would drop the
+    # record locks this process holds on it.
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return True  # gone, or not ours: leave it
+    try:
+        query = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, query))[0]
+    finally:
+        os.close(fd)
+    return kind != fcntl.F_UNLCK
 
 
 class LockTimeoutError(TimeoutError):
@@ -133,6 +220,10 @@ class ProcessLock:
     of waiting forever. Inside one process a thread lock serializes the threads. The lock
     travels to forked, spawned and forkserver children (pickled as the file's path).
 
+    Its file is named after the creating process, which removes it when the lock is collected
+    or at exit; a new lock removes the files left by creators that died without doing so
+    (SIGKILL).
+
     The record lock costs a system call per acquire and per release, so a process takes it
     only once another process may use its locks: from its first fork (in the parent and the
     child), or once it pickles or unpickles a lock; a lock held at that moment gets its
@@ -153,7 +244,10 @@ class ProcessLock:
     """
 
     def __init__(self, name: str = "lock", timeout: float | None = None) -> None:
-        fd, self._path = tempfile.mkstemp(prefix="tdrl-lock-", dir=_LOCK_DIR)
+        directory = _LOCK_DIR or tempfile.gettempdir()
+        _remove_stale_lock_files(directory)
+        prefix = f"{_PREFIX}{_NAMESPACE}-{os.getpid()}-"
+        fd, self._path = tempfile.mkstemp(prefix=prefix, dir=directory)
         os.close(fd)
         self.name = name
         self.timeout = timeout

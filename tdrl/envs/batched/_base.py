@@ -9,6 +9,7 @@ building outputs from the buffers, attribute access) lives here.
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -301,6 +302,43 @@ class BatchedEnvBase(EnvBase):
             "writeback of its state into a worker) is not supported; build a new batched env"
         )
 
+    # --------------------------------------------------------------- state
+    def state_dict(
+        self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict:
+        """The ``state_dict()`` of every sub-env, under ``"worker0"``, ``"worker1"``...
+
+        A ParallelEnv returns copies of its workers' tensors, taken when called.
+        """
+        self._ensure_started()
+        states = self._run("call", ("state_dict", (), {"keep_vars": keep_vars}))
+        destination = OrderedDict() if destination is None else destination
+        for w, state in enumerate(states):
+            destination[f"{prefix}worker{w}"] = state
+        return destination
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> None:
+        """Load ``state_dict["workerN"]`` into sub-env ``N`` (as returned by :meth:`state_dict`).
+
+        Raises:
+            KeyError: with ``strict``, when a worker's entry is missing or an entry names no
+                worker.
+        """
+        names = [f"worker{w}" for w in range(self.num_workers)]
+        if strict:
+            missing = [name for name in names if name not in state_dict]
+            unexpected = [key for key in state_dict if key not in names]
+            if missing or unexpected:
+                raise KeyError(
+                    f"{type(self).__name__}.load_state_dict: expected the keys {names}; "
+                    f"missing {missing}, unexpected {unexpected}"
+                )
+        self._ensure_started()
+        for w, name in enumerate(names):
+            if name in state_dict:
+                kwargs = {"strict": strict, "assign": assign}
+                self._run("call", ("load_state_dict", (state_dict[name],), kwargs), [w])
+
     def __enter__(self) -> BatchedEnvBase:
         return self
 
@@ -414,8 +452,10 @@ class BatchedEnvBase(EnvBase):
                 extras[w] = extra
                 has_extra = has_extra or extra is not None
         out = _shared.read_region(self._views[region], missing)
-        if has_extra or extras[0] is not None:
-            for key in extras[0] or {}:
+        if has_extra or any(extra is not None for extra in extras):
+            # the keys of every worker: one left out of a partial step has sent none yet
+            keys = dict.fromkeys(key for extra in extras if extra for key in extra)
+            for key in keys:
                 values = [extra.get(key) if extra else None for extra in extras]
                 out.set(key, NonTensorStack.from_list(values))
         if self._data_classes:
@@ -575,6 +615,15 @@ class BatchedEnvBase(EnvBase):
                     value.copy_(previous)
                 else:
                     value.zero_()
+        # non-tensor entries (strings...) of the skipped sub-envs keep the input's values too
+        stepped = torch.ones(self.num_workers, dtype=torch.bool)
+        stepped[skipped] = False
+        for key, value in list(out.items(True, True, is_leaf=is_data_leaf)):
+            previous = tensordict.get(key, None)
+            if is_non_tensor(value) and is_non_tensor(previous):
+                shape = value.batch_size
+                mask = stepped.reshape(-1, *([1] * (len(shape) - 1))).expand(shape)
+                out.set(key, merge_non_tensor(value, previous, mask))
 
     def _reset_workers(self, masks: list) -> tuple[list[int], list[int]]:
         """The workers with an element to reset, and those of them resetting only some."""

@@ -9,6 +9,7 @@ import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 from tdrl.envs.metadata import EnvMetaData
 
 __all__ = ["EnvCreator", "env_creator", "get_env_metadata"]
@@ -56,11 +57,14 @@ class EnvCreator:
     workers. An ``EnvCreator`` pickles with cloudpickle, so lambdas and local
     functions can be sent to worker processes.
 
-    With ``share_memory`` (the default), the state of the env built at creation
+    With ``share_memory`` (the default), the env built at creation is reset and takes
+    one random step (so that state built from the first data exists), then its state
     (its ``state_dict()``: parameters, buffers and transform statistics such as
     :class:`~tdrl.envs.VecNorm`'s) is moved to shared memory, and every env the
     creator builds, in this process or in worker processes, loads it by reference:
-    they all read and update the same tensors, which :meth:`state_dict` returns.
+    they all read and update the same tensors, which :meth:`state_dict` returns. Their
+    statistics updates take turns under one :class:`ProcessLock` of the creator (given to
+    every module with a ``use_process_lock`` method).
 
     Args:
         create_env_fn: a callable returning an env.
@@ -98,10 +102,16 @@ class EnvCreator:
         self.create_env_fn = create_env_fn
         self.create_env_kwargs = {**(create_env_kwargs or {}), **kwargs}
         self.share_memory = share_memory
+        self._lock = ProcessLock("EnvCreator shared-state lock") if share_memory else None
         env = create_env_fn(**self.create_env_kwargs)
         try:
             self._meta_data = EnvMetaData.metadata_from_env(env)
-            state = env.state_dict() if share_memory else {}
+            state = {}
+            if share_memory:
+                # one reset and one random step build the state that transforms create on
+                # their first data, so that it exists (and is shared) before any worker starts
+                env.rand_step(env.reset())
+                state = env.state_dict()
             self._shared_state = _to_shared(dict(state))
         finally:
             env.close()
@@ -124,6 +134,9 @@ class EnvCreator:
         env = self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
         if self._shared_state:
             env.load_state_dict(self._shared_state, strict=False, assign=True)
+            for module in env.modules():
+                if hasattr(module, "use_process_lock"):
+                    module.use_process_lock(self._lock)
         return env
 
     def __getstate__(self) -> dict:
@@ -133,6 +146,7 @@ class EnvCreator:
             "share_memory": self.share_memory,
             "meta_data": self._meta_data,
             "shared_state": self._shared_state,
+            "lock": self._lock,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -141,6 +155,7 @@ class EnvCreator:
         self.share_memory = state["share_memory"]
         self._meta_data = state["meta_data"]
         self._shared_state = _to_shared(state["shared_state"])
+        self._lock = state["lock"]
 
     def __repr__(self) -> str:
         name = getattr(self.create_env_fn, "__name__", type(self.create_env_fn).__name__)

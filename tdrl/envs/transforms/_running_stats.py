@@ -14,6 +14,7 @@ from multiprocessing.context import get_spawning_popen
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.data.replay_buffers.process_lock import ProcessLock
 from tdrl.envs.transforms.transform import Transform
 
 #: joins the nested keys of the statistics in ``state_dict()``
@@ -62,11 +63,23 @@ def warn_uninitialized_state(owner: str) -> dict:
 
 
 class LockedStats(Transform):
-    """A transform holding a multiprocessing lock that only travels to spawned processes."""
+    """A transform holding a lock around its statistics updates.
+
+    A multiprocessing lock only travels to spawned processes; a :class:`ProcessLock` travels
+    anywhere.
+    """
+
+    def use_process_lock(self, lock: ProcessLock) -> None:
+        """Guard the statistics updates with ``lock``, shared with other processes.
+
+        :class:`~tdrl.envs.EnvCreator` gives the transforms of every env it builds its own
+        lock, so that processes updating the same shared statistics take turns.
+        """
+        self.__dict__["lock"] = lock
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        if get_spawning_popen() is None:
+        if get_spawning_popen() is None and not isinstance(state.get("lock"), ProcessLock):
             # locks only travel to processes being spawned; a fresh one is made on load
             state["lock"] = None
         return state

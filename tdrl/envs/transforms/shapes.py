@@ -380,7 +380,8 @@ class BatchSizeTransform(Transform):
         return tensordict_reset
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self.reshape_fn is not None:
+        # without an env (a replay buffer's transform) there is no batch size to go back to
+        if self.reshape_fn is not None and self._base_batch_size is not None:
             return tensordict.reshape(self._base_batch_size)
         return tensordict
 
@@ -392,11 +393,14 @@ class BatchSizeTransform(Transform):
             return self.reshape_fn(next_tensordict)
         return next_tensordict
 
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        if self.reshape_fn is not None:
+            return self.reshape_fn(next_tensordict)
+        return next_tensordict
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply ``reshape_fn`` (other settings only concern envs)."""
-        if self.reshape_fn is not None:
-            return self.reshape_fn(tensordict)
-        return tensordict
+        return self._call(tensordict)
 
     def __repr__(self) -> str:
         return f"BatchSizeTransform(batch_size={self.batch_size}, reshape_fn={self.reshape_fn})"

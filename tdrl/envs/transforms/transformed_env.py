@@ -24,6 +24,31 @@ READ_ONLY_SPEC_ERROR = (
 )
 
 
+_TRANSFORM = "transform."
+_BASE_ENV = "base_env."
+
+
+# The state of a TransformedEnv is its transform's state, keys as the transform names them
+# ("transforms.1._extra_state" for the second transform of a Compose), next to the base env's
+# own state under "base_env.". These two hooks map those keys to and from the module tree.
+def _transform_keys_at_top(module: Any, state: dict, prefix: str, local_metadata: Any) -> None:
+    inner = prefix + _TRANSFORM
+    for key in [key for key in state if key.startswith(inner)]:
+        state[prefix + key[len(inner) :]] = state.pop(key)
+
+
+def _transform_keys_under_transform(
+    module: Any, state: dict, prefix: str, *args: Any, **kwargs: Any
+) -> None:
+    # the env's own entries (parameters, buffers, other submodules of a subclass) stay
+    own = {name for name, _ in module.named_parameters(recurse=False)}
+    own.update(name for name, _ in module.named_buffers(recurse=False))
+    own.update(name for name, _ in module.named_children() if name != "transform")
+    for key in [key for key in state if key.startswith(prefix)]:
+        if key[len(prefix) :].split(".", 1)[0] not in own:
+            state[prefix + _TRANSFORM + key[len(prefix) :]] = state.pop(key)
+
+
 class TransformedEnv(EnvBase):
     """An environment whose inputs and outputs go through a transform.
 
@@ -33,6 +58,9 @@ class TransformedEnv(EnvBase):
     through the transform's spec hooks, and again whenever the transform chain
     changes (``append_transform``, ``insert_transform``, ``Compose.append``...).
     Attributes that the transformed env lacks are looked up on the base env.
+    The transforms run in eval mode until ``env.train()``.
+    Its ``state_dict()`` holds the transform's state under the transform's own key names
+    and the base env's state under ``"base_env."``.
 
     Args:
         base_env: the env to transform.
@@ -96,6 +124,10 @@ class TransformedEnv(EnvBase):
             spec_locked=spec_locked,
         )
         self._modules["base_env"] = base_env
+        # transforms run in eval mode until env.train() (the base env keeps its own modes)
+        self.training = False
+        self.register_state_dict_post_hook(_transform_keys_at_top)
+        self.register_load_state_dict_pre_hook(_transform_keys_under_transform)
         self._set_transform(transform)
         if device is not None and torch.device(device) != self.device:
             self.to(device)
@@ -120,6 +152,7 @@ class TransformedEnv(EnvBase):
 
     def _set_transform(self, transform: Transform) -> None:
         transform.set_container(self)
+        transform.train(self.training)
         self.__dict__["_transform"] = transform
         self._modules["transform"] = transform
         self._compute_specs()
@@ -317,14 +350,25 @@ class TransformedEnv(EnvBase):
     def append_transform(
         self, transform: Transform | Callable[[TensorDictBase], TensorDictBase]
     ) -> TransformedEnv:
-        """Add a transform at the end of the chain; returns this env."""
+        """Add a transform at the end of the chain; returns this env.
+
+        The transform takes the env's mode (eval until :meth:`train`). The transforms of a
+        free :class:`Compose` join the chain one by one.
+        """
         transform = _as_transform(transform)
+        added = [transform]
+        if type(transform) is Compose and transform.container is None:
+            added = list(transform)
+            for child in added:
+                child.reset_parent()
         current = self.__dict__["_transform"]
         if not isinstance(current, Compose):
             current.reset_parent()
-            self._set_transform(Compose(current, transform))
+            self._set_transform(Compose(current, *added))
         else:
-            current.append(transform)
+            for child in added:
+                child.train(self.training)
+                current.append(child)
         return self
 
     def insert_transform(
@@ -332,6 +376,7 @@ class TransformedEnv(EnvBase):
     ) -> TransformedEnv:
         """Insert a transform at ``index`` of the chain; returns this env."""
         transform = _as_transform(transform)
+        transform.train(self.training)
         current = self.__dict__["_transform"]
         if not isinstance(current, Compose):
             current.reset_parent()

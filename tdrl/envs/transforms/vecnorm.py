@@ -48,7 +48,8 @@ class VecNorm(LockedStats):
     when the specs or the first data are known) under ``<key>_sum``, ``<key>_ssq`` and
     ``<key>_count`` (next to the key for nested keys); clones and the processes the
     transform is sent to share it, and a lock guards the updates. In :meth:`freeze`
-    mode or ``eval()`` mode the statistics are used but not updated.
+    mode the statistics are used but not updated (the module's train / eval mode does not
+    matter: a TransformedEnv keeps its transforms in eval mode).
     ``state_dict()`` / ``load_state_dict()`` save and restore them (loading into an
     initialized transform copies in place, keeping the memory shared).
 
@@ -174,7 +175,7 @@ class VecNorm(LockedStats):
         total = stats.get(_stat_key(key, "_sum"))
         squares = stats.get(_stat_key(key, "_ssq"))
         count = stats.get(_stat_key(key, "_count"))
-        if not self.frozen and self.training:
+        if not self.frozen:
             flat = value.reshape(-1, *total.shape).to(total.dtype)
             decay = self.decay
             total.mul_(decay).add_(flat.sum(0))
@@ -341,6 +342,17 @@ class VecNorm(LockedStats):
             )
             stats.update(loaded.clone().share_memory_())
             return
+        # statistics moved to shared memory are locked (sub-tensordicts of nested keys too)
+        relock = stats.is_locked
+        stats.unlock_()
+        try:
+            self._load_stats(stats, loaded)
+        finally:
+            if relock:
+                stats.lock_()
+
+    @staticmethod
+    def _load_stats(stats: TensorDictBase, loaded: TensorDictBase) -> None:
         for key, value in loaded.items(True, True):
             current = stats.get(key, None)
             if value.is_shared() and (current is None or current.shape == value.shape):

@@ -232,7 +232,7 @@ class VecNormV2(LockedStats):
         return new_loc, new_var, new_count
 
     def _updating(self) -> bool:
-        return not self.frozen and self.training
+        return not self.frozen
 
     def _normalize_stateful(
         self, tensordict: TensorDictBase, out: TensorDictBase, mask: Any, tolerant: bool

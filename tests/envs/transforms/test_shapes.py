@@ -201,3 +201,12 @@ def test_batch_size_reshape_fn_on_gym(pendulum):
     assert env.action_spec.shape == (1, 1)
     check_env_specs(env)
     assert env.rollout(3).batch_size == (1, 3)
+
+
+def test_batch_size_transform_reshapes_replay_buffer_samples():
+    from tdrl.data import LazyTensorStorage, ReplayBuffer
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(20))
+    rb.append_transform(Compose(BatchSizeTransform(reshape_fn=lambda td: td.reshape(1, -1))))
+    rb.extend(TensorDict({"a": torch.arange(60.0).reshape(20, 3)}, [20, 3]))  # stored as given
+    assert rb.sample(4).batch_size == (1, 12)

@@ -131,3 +131,35 @@ def test_skipped_steps_live_on_the_env_device():
     out = env._step(td)
     assert out.device == env.device == torch.device("cpu")
     assert out["observation"].tolist() == td["observation"].tolist()
+
+
+def test_transforms_run_in_eval_mode_until_train():
+    from tdrl.envs import RewardScaling
+
+    env = TransformedEnv(CountingEnv(), RewardScaling(0.0, 1.0))
+    assert not env.transform.training
+    assert env.base_env.training  # the base env keeps its own mode
+    env.append_transform(RewardScaling(0.0, 2.0))
+    assert not env.transform[1].training
+    env.train()
+    assert env.transform.training and all(t.training for t in env.transform)
+    env.append_transform(RewardScaling(0.0, 3.0))
+    assert env.transform[2].training  # a transform added later takes the env's mode
+    env.eval()
+    env.insert_transform(0, RewardScaling(0.0, 4.0))
+    assert not any(t.training for t in env.transform)
+    assert not TransformedEnv(CountingEnv()).transform.training
+
+
+def test_appending_a_free_compose_adds_its_transforms_to_the_chain():
+    from tdrl.envs import RewardScaling, StepCounter
+
+    env = TransformedEnv(CountingEnv(), StepCounter())
+    scaling, counter = RewardScaling(0.0, 2.0), StepCounter(step_count_key="other_count")
+    env.append_transform(Compose(scaling, counter))
+    assert len(env.transform) == 3
+    assert env.transform[1] is scaling and env.transform[2] is counter
+    assert scaling.parent is not None and counter.parent is not None
+    data = env.rollout(3)
+    assert data["next", "other_count"][-1].item() == 3
+    assert data["next", "step_count"][-1].item() == 3
