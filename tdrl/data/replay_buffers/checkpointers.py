@@ -602,9 +602,9 @@ def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
         _buffer_checkpointer(buffer).dumps(storage, os.path.join(folder, "storage"))
         dump_state(buffer.sampler, os.path.join(folder, "sampler"))
         dump_state(buffer.writer, os.path.join(folder, "writer"))
-        extra: dict[str, Any] = {"batch_size": buffer._batch_size}
-        if buffer._rng is not None:
-            extra["rng"] = save_tensor(folder, "rng_state", buffer._rng.get_state())
+        extra: dict[str, Any] = {"batch_size": buffer.batch_size}
+        if buffer.generator is not None:
+            extra["rng"] = save_tensor(folder, "rng_state", buffer.generator.get_state())
         write_json(
             folder,
             {
@@ -623,7 +623,7 @@ def dump_buffer(buffer: Any, path: str | os.PathLike) -> None:
 
 def _checked_buffer_meta(folder: str, meta: dict, buffer: Any) -> tuple[Any, Any]:
     """The batch size and rng state of a buffer checkpoint, checked before anything is loaded."""
-    batch_size = meta.get("batch_size", buffer._batch_size)
+    batch_size = meta.get("batch_size", buffer.batch_size)
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
@@ -632,7 +632,7 @@ def _checked_buffer_meta(folder: str, meta: dict, buffer: Any) -> tuple[Any, Any
             f"or null, got {batch_size!r}"
         )
     rng_state = None
-    if "rng" in meta and buffer._rng is not None:
+    if "rng" in meta and buffer.generator is not None:
         rng_state = load_tensor(folder, meta["rng"], "rng state").clone()
         try:
             torch.Generator().set_state(rng_state)
@@ -665,14 +665,10 @@ def _load_buffer(buffer: Any, folder: str) -> None:
         sampler.load_state_dict(previous[0])
         writer.load_state_dict(previous[1])
         raise
-    buffer._known_max_size = storage.max_size
-    if storage.max_size != getattr(sampler, "_max_capacity", storage.max_size):
-        sampler._storage_resized(storage.max_size)
-    if hasattr(sampler, "_cache"):
-        sampler._cache.clear()
-    buffer._batch_size = batch_size
+    buffer.storage_replaced()
+    buffer.batch_size = batch_size
     if rng_state is not None:
-        buffer._rng.set_state(rng_state)
+        buffer.generator.set_state(rng_state)
 
 
 def _size_of(folder: str) -> int:

@@ -283,8 +283,31 @@ class ReplayBuffer(InPlaceAccess):
 
     @property
     def batch_size(self) -> int | None:
-        """The default batch size."""
+        """The default batch size (settable; ``None`` means :meth:`sample` needs one)."""
         return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        if value is not None:
+            value = checked_batch_size(value)
+            if value < 1:
+                raise ValueError(f"batch_size must be a positive integer or None, got {value}")
+        self._batch_size = value
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator of the buffer's random draws (``generator=``, :meth:`set_rng`), or None."""
+        return self._rng
+
+    def storage_replaced(self) -> None:
+        """Bring the sampler in line with a storage whose whole content was replaced.
+
+        Checkpoint loaders call it after loading into :attr:`storage`: the sampler is resized
+        to the storage's capacity and forgets what it cached about the old content.
+        """
+        storage = self._storage
+        self._known_max_size = storage.max_size
+        self._sampler.storage_replaced(storage.max_size)
 
     @property
     def write_count(self) -> int:
@@ -351,7 +374,7 @@ class ReplayBuffer(InPlaceAccess):
         storage = self._storage
         if storage.max_size != self._known_max_size:
             self._known_max_size = storage.max_size
-            self._sampler._storage_resized(storage.max_size)
+            self._sampler.storage_resized(storage.max_size)
         if isinstance(index, int):
             if storage.ndim == 1:
                 self._sampler.add(index)

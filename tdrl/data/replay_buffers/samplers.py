@@ -138,8 +138,16 @@ class Sampler:
     def _empty(self) -> None:
         """Forget everything (the buffer was emptied)."""
 
-    def _storage_resized(self, max_size: int) -> None:
-        """Called when a lazy storage fixed its real capacity on its first write."""
+    def storage_resized(self, max_size: int) -> None:
+        """The storage's capacity became ``max_size`` (a lazy storage's first write, a load)."""
+
+    def storage_replaced(self, max_size: int) -> None:
+        """The storage's whole content was replaced (a checkpoint was loaded into it).
+
+        Resizes what the sampler keeps per slot to ``max_size`` and forgets anything it
+        cached about the old content; its own state is loaded separately.
+        """
+        self.storage_resized(max_size)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state, for ``torch.save``."""
@@ -619,7 +627,8 @@ class PrioritizedSampler(Sampler):
         if self._max_tree is not None:
             self._max_tree.fill_()
 
-    def _storage_resized(self, max_size: int) -> None:
+    def storage_resized(self, max_size: int) -> None:
+        """Resize the priority trees, keeping the priorities of the slots that remain."""
         if max_size == self._max_capacity:
             return
         old = self._tree.leaves().clone()

@@ -258,6 +258,11 @@ class SliceSampler(Sampler):
     def _empty(self) -> None:
         self._cache.clear()
 
+    def storage_replaced(self, max_size: int) -> None:
+        """Forget the cached trajectories (and resize per-slot state, see :class:`Sampler`)."""
+        super().storage_replaced(max_size)
+        self._cache.clear()
+
     def _segments(self, storage: Any) -> Segments:
         static = self._static_ends is not None or self._static_traj is not None
         revision = getattr(storage, "mutation_revision", None)
