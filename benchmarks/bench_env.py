@@ -19,7 +19,8 @@ and 1024, this measures steps/s of
 It also prints the cost of touching a fresh 4 KB page of memory for the first time, which
 sets how expensive the data a rollout returns is on the machine at hand.
 
-Runs alternate and the medians are reported. ``--clock cpu`` times with the process CPU
+Runs alternate; steps/s are medians over the rounds, and ``rollout / keeping`` is the median
+of the per-round ratios (the two run back to back, in alternating order). ``--clock cpu`` times with the process CPU
 clock instead of the wall clock, which is steadier on a machine shared with other jobs.
 
 Usage: ``python benchmarks/bench_env.py [--quick] [--steps N] [--repeats R] [--clock wall|cpu]``
@@ -196,7 +197,7 @@ def main() -> None:
     # batch 1 runs are short: 5000 steps keep the medians steady; at batch 1024 a rollout
     # of 1000 steps already keeps ~60 MB
     default_steps = {1: 1000 if args.quick else 5000, 1024: 200 if args.quick else 1000}
-    repeats = args.repeats or (3 if args.quick else 7)
+    repeats = args.repeats or (3 if args.quick else 9)
     torch.set_num_threads(1)
     results = []
     print(
@@ -211,14 +212,21 @@ def main() -> None:
             rollout_run(env, init, action, 20, False)
             layout = result_layout(env, init, action, steps)
             plain, keep, roll, rand, fill = [], [], [], [], []
-            for _ in range(repeats):
+            for round_ in range(repeats):
                 plain.append(plain_loop(env, init, action, steps))
-                keep.append(keeping_loop(env, init, action, steps))
-                roll.append(rollout_run(env, init, action, steps, False))
+                # the pair whose ratio is the target runs back to back, in alternating order
+                if round_ % 2:
+                    roll.append(rollout_run(env, init, action, steps, False))
+                    keep.append(keeping_loop(env, init, action, steps))
+                else:
+                    keep.append(keeping_loop(env, init, action, steps))
+                    roll.append(rollout_run(env, init, action, steps, False))
                 rand.append(rollout_run(env, init, action, steps, True))
                 fill.append(fill_outputs(layout, steps))
             p, k, r, q, f = (statistics.median(x) for x in (plain, keep, roll, rand, fill))
-            ratio = r / k
+            # the median of the per-round ratios: a change of load between rounds moves
+            # both sides of a round alike
+            ratio = statistics.median(a / b for a, b in zip(roll, keep))
             record = {
                 "env": name,
                 "batch": batch,
