@@ -12,6 +12,7 @@ from tdrl.collectors import SyncDataCollector
 from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper
 from tdrl.envs.utils import ExplorationType
+from tests.td_checks import assert_identical
 
 
 class OneHotArgmax(nn.Module):
@@ -74,18 +75,6 @@ def collect(make_policy, fast: bool, monkeypatch, between=None, **kwargs) -> lis
                 between(index, collector, policy)
     collector.shutdown()
     return batches
-
-
-def assert_identical(got: TensorDict, expected: TensorDict) -> None:
-    assert type(got) is type(expected)
-    assert got.batch_size == expected.batch_size
-    assert got.names == expected.names
-    assert list(got.keys(True)) == list(expected.keys(True))
-    for key in expected.keys(True, True):
-        value, reference = got.get(key), expected.get(key)
-        assert value.dtype == reference.dtype, key
-        assert value.shape == reference.shape, key
-        assert torch.equal(value, reference), key
 
 
 def assert_same_batches(make_policy, monkeypatch, results, between=None, **kwargs) -> list:

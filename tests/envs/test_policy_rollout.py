@@ -6,12 +6,12 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
 from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper
+from tests.td_checks import assert_identical
 
 
 class OneHotArgmax(nn.Module):
@@ -102,19 +102,6 @@ def both_paths(make_env, make_policy, steps, monkeypatch, seed=3, **kwargs):
             results.append(generic_rollout(env, steps, policy, monkeypatch, **kwargs))
     env.close()
     return results
-
-
-def assert_identical(got: TensorDict, expected: TensorDict) -> None:
-    assert type(got) is type(expected)
-    assert got.batch_size == expected.batch_size
-    assert got.names == expected.names
-    assert got.device == expected.device
-    assert list(got.keys(True)) == list(expected.keys(True))
-    for key in expected.keys(True, True):
-        value, reference = got.get(key), expected.get(key)
-        assert value.dtype == reference.dtype, key
-        assert value.shape == reference.shape, key
-        assert torch.equal(value, reference), key
 
 
 def two_outputs(order):

@@ -14,6 +14,7 @@ from tdrl.data import Unbounded
 from tdrl.envs import Compose, StepCounter, TransformedEnv
 from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper, default_info_dict_reader
+from tests.td_checks import assert_identical
 
 CLASSIC = ["CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1"]
 BREAKS = [
@@ -49,14 +50,8 @@ def rollout_both_paths(env, steps: int, **kwargs) -> tuple[TensorDict, TensorDic
 
 
 def assert_same_rollout(columnar: TensorDict, generic: TensorDict) -> None:
-    assert columnar.batch_size == generic.batch_size
-    assert columnar.names == generic.names == ["time"]
-    assert list(columnar.keys(True)) == list(generic.keys(True))
-    for key in generic.keys(True, True):
-        expected, got = generic.get(key), columnar.get(key)
-        assert got.dtype == expected.dtype, key
-        assert got.shape == expected.shape, key
-        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=str(key))
+    assert generic.names == ["time"]
+    assert_identical(columnar, generic)
 
 
 @pytest.mark.parametrize("env_id", CLASSIC)
