@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import threading
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,12 +48,19 @@ def _store_name(field: str, checkpoint: int) -> str:
     return f"$store${field}_ckpt.{checkpoint}.gz"
 
 
+# numpy parses an .npy header with ``ast.literal_eval``; CPython 3.11 can fail building ASTs
+# in two threads at once ("AST constructor recursion depth mismatch"), and the converter reads
+# headers from several threads: they take turns
+_HEADER_LOCK = threading.Lock()
+
+
 def _npy_header(stream: Any) -> tuple[tuple[int, ...], np.dtype]:
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-    else:
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    with _HEADER_LOCK:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
     if fortran:
         raise ValueError("Fortran-ordered arrays are not part of the DQN replay layout")
     return tuple(shape), dtype
