@@ -17,3 +17,20 @@ import torch  # noqa: E402
 def _seed_torch():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def columnar_results(monkeypatch):
+    """The type name of every columnar gym rollout's result (TensorDict or Handover)."""
+    from tdrl.envs.libs._gym_plan import GymStepPlan
+
+    results = []
+    original = GymStepPlan.columnar_rollout
+
+    def recording(self, *args):
+        result = original(self, *args)
+        results.append(type(result).__name__)
+        return result
+
+    monkeypatch.setattr(GymStepPlan, "columnar_rollout", recording)
+    return results

@@ -9,7 +9,6 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from tdrl.collectors import SyncDataCollector
-from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper
 from tdrl.envs.utils import ExplorationType
 from tests.td_checks import assert_identical
@@ -42,20 +41,6 @@ def argmax_policy() -> TensorDictModule:
 def sampled_policy() -> TensorDictModule:
     torch.manual_seed(0)
     return TensorDictModule(SampledActor(), in_keys=["observation"], out_keys=["action", "logits"])
-
-
-@pytest.fixture
-def columnar_results(monkeypatch):
-    results = []
-    original = GymStepPlan.columnar_rollout
-
-    def recording(self, *args):
-        result = original(self, *args)
-        results.append(type(result).__name__)
-        return result
-
-    monkeypatch.setattr(GymStepPlan, "columnar_rollout", recording)
-    return results
 
 
 def collect(make_policy, fast: bool, monkeypatch, between=None, **kwargs) -> list:

@@ -9,7 +9,6 @@ import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from tdrl.envs.libs._gym_plan import GymStepPlan
 from tdrl.envs.libs.gym import GymEnv, GymWrapper
 from tests.td_checks import assert_identical
 
@@ -65,21 +64,6 @@ class Counting(nn.Module):
     def forward(self, *inputs: torch.Tensor):
         self.calls += 1
         return self.inner(*inputs)
-
-
-@pytest.fixture
-def columnar_results(monkeypatch):
-    """The type name of every columnar rollout's result (TensorDict or Handover)."""
-    results = []
-    original = GymStepPlan.columnar_rollout
-
-    def recording(self, *args):
-        result = original(self, *args)
-        results.append(type(result).__name__)
-        return result
-
-    monkeypatch.setattr(GymStepPlan, "columnar_rollout", recording)
-    return results
 
 
 def generic_rollout(env, steps, policy, monkeypatch, **kwargs):
