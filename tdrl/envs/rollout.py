@@ -251,9 +251,7 @@ def rollout(
         )
         if not steps:
             raise ValueError("rollout actions: the iterable gave no action")
-        result = _stack(steps, return_contiguous, out)
-        if storing_device is not None:
-            result = result.to(storing_device)
+        result = _stack(steps, return_contiguous, out, storing_device)
         # free the per-step tensordicts while the collector is paused: resumed with them
         # alive, its next pass would walk all of them
         del steps, tensordict
@@ -290,9 +288,7 @@ def _continue(
             None,
         )
     )
-    result = _stack(steps, True, None)
-    if storing_device is not None:
-        result = result.to(storing_device)
+    result = _stack(steps, True, None, storing_device)
     del steps, tensordict
     return result
 
@@ -432,17 +428,21 @@ def _run_hooks(hooks: tuple, tensordict: TensorDictBase, next_input: TensorDictB
         hook(tensordict, next_input)
 
 
-def _stack(steps: list, return_contiguous: bool, out: TensorDictBase | None) -> TensorDictBase:
+def _stack(
+    steps: list, return_contiguous: bool, out: TensorDictBase | None, storing_device: Any
+) -> TensorDictBase:
+    """The rollout's steps stacked along a new ``"time"`` dim, moved to ``storing_device``."""
     dim = steps[0].batch_dims
     if not return_contiguous:
         # named at construction: naming afterwards walks (and may densify) nested stacks
-        return LazyStackedTensorDict(*steps, stack_dim=dim, stack_dim_name="time")
-    if out is not None:
-        result = torch.stack(steps, dim, out=out)
+        result = LazyStackedTensorDict(*steps, stack_dim=dim, stack_dim_name="time")
     else:
-        try:
-            result = stack_steps(steps, dim)
-        except Irregular:
-            result = torch.stack(steps, dim)
-    result.refine_names(*([None] * dim), "time")
-    return result
+        if out is not None:
+            result = torch.stack(steps, dim, out=out)
+        else:
+            try:
+                result = stack_steps(steps, dim)
+            except Irregular:
+                result = torch.stack(steps, dim)
+        result.refine_names(*([None] * dim), "time")
+    return result if storing_device is None else result.to(storing_device)
