@@ -14,19 +14,28 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDictBase, is_non_tensor
+from tensordict import (
+    LazyStackedTensorDict,
+    NonTensorStack,
+    TensorDictBase,
+    is_non_tensor,
+    is_tensorclass,
+)
 
 from tdrl._settings import rl_warnings
 from tdrl.envs._checks import check_layout
 from tdrl.envs._partial import is_data_leaf, merge_non_tensor
 from tdrl.envs._step_mdp import attach_next, merge_next
-from tdrl.envs._td_fast import all_true, fast_get
+from tdrl.envs._td_fast import all_true, fast_get, fast_set
 from tdrl.envs.batched import _shared, _view
 from tdrl.envs.batched._runner import CALLABLE, refuse_post_step_hooks
 from tdrl.envs.batched._specs import stack_env_specs
 from tdrl.envs.batched.env_creator import get_env_metadata
 from tdrl.envs.common import EnvBase
 from tdrl.envs.metadata import EnvMetaData
+
+#: at most this many reset-row masks are kept (see BatchedEnvBase._rows_mask)
+_ROWS_MASKS_CACHED = 64
 
 DYNAMIC_WARNING = (
     "{cls}: the sub-env specs have dynamic dims (-1) or buffers were disabled; data is sent "
@@ -561,6 +570,8 @@ class BatchedEnvBase(EnvBase):
                 resets.append((w, reply[1]))
         if step_replies is None:
             nxt = _shared.read_region(self._views["next"], self._missing["next"])
+            if self._data_classes:
+                _shared.restore_classes(nxt, self._data_classes)
             nxt = self._to_device(nxt)
         else:
             nxt = self._read("next", step_replies, workers)
@@ -573,27 +584,36 @@ class BatchedEnvBase(EnvBase):
 
     def _merge_resets(self, tensordict_: TensorDictBase, resets: list) -> None:
         """Put the reset outputs of the workers in ``resets`` in the rows of ``tensordict_``."""
-        workers = [w for w, _ in resets]
+        workers = tuple(w for w, _ in resets)
         replies = [reply for _, reply in resets]
         on_cpu = self.device is None or self.device.type == "cpu"
         if any(reply is not None for reply in replies) or not on_cpu:
-            root = self._read("root", replies, workers)
+            root = self._read("root", replies, list(workers))
             keys = root.keys(True, True, is_leaf=is_data_leaf)
             pairs = [(key, root.get(key)) for key in keys]
         else:
             # the reset rows are read straight from the buffers
             pairs = self._root_pairs
-        reset = [False] * self.num_workers
-        for w in workers:
-            reset[w] = True
-        reset = torch.tensor(reset, device=pairs[0][1].device if pairs else None)
+        for head in {key[0] for key, _ in pairs if type(key) is tuple}:
+            container = fast_get(tensordict_, head)
+            if is_tensorclass(container):
+                # merge_next keeps a tensorclass whole, shared with the step's "next": give
+                # the new root its own before writing reset rows into it
+                fast_set(tensordict_, head, container.copy())
+        reset = None
         for key, value in pairs:
-            current = tensordict_.get(key, None)
-            if isinstance(current, torch.Tensor) and current.shape == value.shape:
-                mask = reset.reshape(-1, *([1] * (value.ndim - 1)))
-                tensordict_.set(key, torch.where(mask, value, current))
+            current = fast_get(tensordict_, key)
+            if type(current) is torch.Tensor and current.shape == value.shape:
+                if on_cpu and not value.is_cuda:
+                    mask = self._rows_mask(workers, value.ndim)
+                else:
+                    if reset is None:
+                        reset = self._rows_mask(workers, 1).to(value.device)
+                    mask = reset.reshape(-1, *([1] * (value.ndim - 1)))
+                fast_set(tensordict_, key, torch.where(mask, value, current))
             elif is_non_tensor(current) and is_non_tensor(value):
-                tensordict_.set(key, merge_non_tensor(value, current, reset))
+                rows = self._rows_mask(workers, 1)
+                tensordict_.set(key, merge_non_tensor(value, current, rows))
             elif len(workers) == self.num_workers:
                 tensordict_.set(key, value.clone())
             else:
@@ -601,6 +621,22 @@ class BatchedEnvBase(EnvBase):
                     f"{type(self).__name__}.step_and_maybe_reset: the reset output has the key "
                     f"{key!r}, which the step output lacks"
                 )
+
+    def _rows_mask(self, workers: tuple, ndim: int) -> torch.Tensor:
+        """A CPU bool mask ``[num_workers, 1, ...]`` (``ndim`` dims), True on ``workers``' rows.
+
+        Masks are cached (one per set of workers and number of dims; read-only by contract:
+        ``torch.where`` only reads them).
+        """
+        cache = self.__dict__.setdefault("_rows_masks", {})
+        mask = cache.get((workers, ndim))
+        if mask is None:
+            flags = torch.zeros(self.num_workers, dtype=torch.bool)
+            flags[list(workers)] = True
+            mask = flags.reshape(-1, *([1] * (ndim - 1)))
+            if len(cache) < _ROWS_MASKS_CACHED:
+                cache[(workers, ndim)] = mask
+        return mask
 
     def _fill_skipped(self, out: TensorDictBase, tensordict: TensorDictBase, skipped: list) -> None:
         """Non-stepped sub-envs keep the input's values (zeros where the input has none)."""

@@ -217,3 +217,26 @@ class TensorclassEnv(CountingEnv):
         out = super()._step(tensordict)
         count = out["observation"][0]
         return out.set("reading", Reading(str(int(count)), count.clone()))
+
+
+@tensorclass
+class Gauge:
+    """A tensorclass observation holding tensors only."""
+
+    level: torch.Tensor
+
+
+class GaugeEnv(CountingEnv):
+    """A counting env that also observes a :class:`Gauge` (tensor fields only)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_spec["gauge"] = Composite(level=Unbounded(shape=()), data_cls=Gauge)
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = super()._reset(tensordict, **kwargs)
+        return out.set("gauge", Gauge(self.count[0].clone()))
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        return out.set("gauge", Gauge(self.count[0].clone()))

@@ -3,7 +3,7 @@
 import pytest
 
 from tdrl.envs import ParallelEnv, SerialEnv, check_env_specs
-from tests.envs.batched._envs import Reading, TensorclassEnv
+from tests.envs.batched._envs import Gauge, GaugeEnv, Reading, TensorclassEnv
 
 
 @pytest.mark.filterwarnings("ignore:.*stacked lazily")
@@ -22,3 +22,20 @@ def test_tensorclass_observations_keep_their_class(cls, use_buffers):
             assert reading.value.tolist() == [float(step)] * 2
             data = env.step_mdp(data)
             assert isinstance(data["reading"], Reading)
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_tensor_only_tensorclass_kept_through_step_and_maybe_reset(cls):
+    # a tensorclass of tensors only travels through the buffers with nothing else to report:
+    # the fused step-and-reset must give the class back too, across resets
+    with cls(2, GaugeEnv, create_env_kwargs={"max_steps": 2}) as env:
+        data = env.reset()
+        data.set("action", env.action_spec.zero())
+        for step in range(1, 5):
+            data, data_ = env.step_and_maybe_reset(data)
+            gauge = data["next", "gauge"]
+            assert isinstance(gauge, Gauge)
+            assert gauge.level.tolist() == [float((step - 1) % 2 + 1)] * 2
+            assert isinstance(data_["gauge"], Gauge)
+            assert data_["gauge"].level.tolist() == [float(step % 2)] * 2
+            data = data_.set("action", env.action_spec.zero())
