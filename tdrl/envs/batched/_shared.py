@@ -243,15 +243,16 @@ def worker_views(arena: torch.Tensor, layout: BufferLayout, worker: int) -> dict
 def _copy(td: TensorDictBase, exclude: list) -> TensorDictBase:
     if exclude:
         td = td.exclude(*exclude)
-    if type(td) is TensorDict and all(type(v) is torch.Tensor for v in td._tensordict.values()):
-        # flat fast path: one clone per leaf, no per-key validation
-        return TensorDict._new_unsafe(
-            {key: value.clone() for key, value in td._tensordict.items()},
-            batch_size=td.batch_size,
-            device=td.device,
-            nested=False,
-        )
-    return td.clone()
+    if type(td) is not TensorDict:
+        return td.clone()
+    # flat fast path: one clone per leaf, no per-key validation
+    leaves = {}
+    tensor = torch.Tensor
+    for key, value in td._tensordict.items():
+        if type(value) is not tensor:
+            return td.clone()
+        leaves[key] = value.clone()
+    return TensorDict._new_unsafe(leaves, batch_size=td.batch_size, device=td.device, nested=False)
 
 
 def read_region(views: list[TensorDictBase], exclude: list) -> TensorDictBase:
