@@ -11,6 +11,7 @@ process dies while the worker is busy in its env's code.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -107,6 +108,10 @@ def worker_main(
             ``parent_pid`` (the worker exits when that process is gone).
         inherited: connections of the parent inherited through fork, closed at once.
     """
+    # what a forked worker inherits is never collected here: moving it to the permanent
+    # generation keeps the worker's collections from walking (and writing to) the parent's
+    # objects, whose memory pages would otherwise be copied into the worker one by one
+    gc.freeze()
     for other in inherited or ():
         other.close()
     # Ctrl-C reaches the whole process group: the parent decides when workers stop.
