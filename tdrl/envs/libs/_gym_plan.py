@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdrl.data.specs import Composite
+from tdrl.data.specs import Composite, OneHot
 from tdrl.envs._checks import check_layout
 from tdrl.envs._columnar import ActionSource, Handover, ModuleOutputs, random_source
 from tdrl.envs._overrides import override_reason
@@ -223,7 +223,7 @@ class GymStepPlan:
         """
         env = self._owner
         if source is None:
-            source = random_source(env._cache.action_leaf.rand, "action")
+            source = random_source(_column_sampler(env._cache.action_leaf), "action")
         if start is None:
             start = env.reset()
         produce = source.produce
@@ -468,3 +468,31 @@ class GymStepPlan:
                 buffer.copy_(values[key])
 
         return write
+
+
+def _column_sampler(spec: Any) -> Callable[[], torch.Tensor]:
+    """The random-action sampler of a columnar rollout: ``spec.rand`` or an equivalent.
+
+    For a plain one-hot spec (no mask, no batch dims, ``rand`` not replaced on the
+    instance), each draw makes the same ``torch.randint`` call as ``OneHot.rand`` (same
+    values, same random-number stream) but returns a row of the spec's identity without
+    copying it: the columnar loop stacks its actions into a new column at the end, so the
+    rows it holds are never handed out.
+    """
+    if (
+        type(spec) is not OneHot
+        or spec.mask is not None
+        or spec.shape != (spec.n,)
+        or "rand" in spec.__dict__
+        or "_rand" in spec.__dict__
+    ):
+        return spec.rand
+    rows = spec.enumerate()
+    n = spec.n
+    device = spec.device
+    randint = torch.randint
+
+    def sample() -> torch.Tensor:
+        return rows[randint(0, n, (), device=device)]
+
+    return sample

@@ -275,3 +275,37 @@ def test_columnar_rollout_takes_any_reward_scalar(columnar_calls):
     columnar, generic = rollout_both_paths(env, 9, break_when_any_done=False)
     assert len(columnar_calls) == 1
     assert_same_rollout(columnar, generic)
+
+
+def test_columnar_random_actions_draw_the_same_random_numbers_as_the_spec():
+    # the columnar loop draws one-hot actions without the spec's defensive copy: same values
+    # and the same random-number stream as action_spec.rand, so what follows is unchanged
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    torch.manual_seed(5)
+    columnar = env.rollout(300, break_when_any_done=False)
+    after_columnar = torch.rand(4)
+    env.set_seed(0)
+    torch.manual_seed(5)
+    generic = env.rollout(300, policy=env.rand_action, break_when_any_done=False)
+    after_generic = torch.rand(4)
+    assert_same_rollout(columnar, generic)
+    assert torch.equal(after_columnar, after_generic)
+    # every action is a row of its own: writing into one changes no other
+    actions = columnar["action"]
+    actions[0].zero_()
+    assert int(actions[1:].sum()) == len(actions) - 1
+
+
+def test_columnar_random_actions_follow_a_mask_or_a_replaced_sampler(columnar_calls):
+    env = GymEnv("CartPole-v1")
+    env.action_spec.update_mask(torch.tensor([False, True]))
+    columnar, generic = rollout_both_paths(env, 50, break_when_any_done=False)
+    assert_same_rollout(columnar, generic)
+    assert bool((columnar["action"][:, 1] == 1).all())
+    env.action_spec.update_mask(None)
+    spec = env.full_action_spec["action"]
+    spec.rand = lambda shape=None: torch.tensor([1, 0], dtype=spec.dtype)
+    data = env.rollout(20, break_when_any_done=False)
+    assert bool((data["action"][:, 0] == 1).all())
+    assert len(columnar_calls) == 2
