@@ -192,6 +192,7 @@ class EnvSpecs:
         cache.reward_leaf = _leaf_or_composite(out["full_reward_spec"], cache.reward_keys)
         cache.done_leaf = _leaf_or_composite(out["full_done_spec"], cache.done_keys)
         self.__dict__["_cache"] = cache
+        self.__dict__["_specs_used"] = True
         if self._spec_locked:
             out.lock_()
             inp.lock_()
@@ -284,7 +285,7 @@ class EnvSpecs:
     @property
     def action_spec(self) -> Any:
         """The action leaf spec when there is a single action, the Composite otherwise."""
-        return self._cache.action_leaf
+        return self._leaf_spec("_input_spec", "full_action_spec", "action_leaf")
 
     @action_spec.setter
     @_assignable_before_init
@@ -307,7 +308,7 @@ class EnvSpecs:
     @property
     def reward_spec(self) -> Any:
         """The reward leaf spec when there is a single reward, the Composite otherwise."""
-        return self._cache.reward_leaf
+        return self._leaf_spec("_output_spec", "full_reward_spec", "reward_leaf")
 
     @reward_spec.setter
     @_assignable_before_init
@@ -336,12 +337,23 @@ class EnvSpecs:
     @property
     def done_spec(self) -> Any:
         """The done leaf spec when there is a single done entry, the Composite otherwise."""
-        return self._cache.done_leaf
+        return self._leaf_spec("_output_spec", "full_done_spec", "done_leaf")
 
     @done_spec.setter
     @_assignable_before_init
     def done_spec(self, value: Any) -> None:
         self.full_done_spec = value
+
+    def _leaf_spec(self, parent: str, name: str, cached: str) -> Any:
+        """The leaf (or Composite) spec of ``name``, from the key cache once the env is used.
+
+        Before the specs are first used (in a constructor), it is read without building
+        the cache, which would lock the specs: ``self.done_spec[key] = spec`` still works.
+        """
+        if "_cache" in self.__dict__ or self.__dict__.get("_specs_used"):
+            return getattr(self._cache, cached)
+        full = self.__dict__[parent][name]
+        return _leaf_or_composite(full, leaf_keys(full))
 
     @staticmethod
     def _single_key(keys: list, default: str) -> Any:

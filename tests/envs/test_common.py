@@ -114,6 +114,41 @@ class _EditsSpecsInPlace(CountingEnv):
         return out
 
 
+class _EditsCompositeDoneSpec(CountingEnv):
+    """Reads ``done_spec`` (a Composite: several done entries) in its constructor to add one."""
+
+    def __init__(self):
+        super().__init__()
+        self.done_spec = Composite(
+            done=Categorical(2, (1,), dtype=torch.bool),
+            terminated=Categorical(2, (1,), dtype=torch.bool),
+        )
+        self.done_spec["env_done"] = Categorical(2, (1,), dtype=torch.bool)
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        out["terminated"] = out["done"].clone()
+        out["env_done"] = out["done"].clone()
+        return out
+
+    def _reset(self, tensordict=None, **kwargs):
+        out = super()._reset(tensordict, **kwargs)
+        out["terminated"] = out["done"].clone()
+        out["env_done"] = out["done"].clone()
+        return out
+
+
+def test_constructor_may_edit_specs_read_through_the_leaf_properties():
+    # done_spec read in a constructor does not lock the specs (with several done entries it
+    # is the Composite the env holds, so an entry added to it is an entry of the env)
+    env = _EditsCompositeDoneSpec()
+    assert "env_done" in env.done_keys
+    check_env_specs(env)
+    # once used, they are locked as every spec is
+    with pytest.raises(RuntimeError, match="locked"):
+        env.done_spec["other"] = Categorical(2, (1,), dtype=torch.bool)
+
+
 def test_constructor_may_edit_specs_in_place_until_first_use():
     env = _EditsSpecsInPlace()
     assert "extra" in env.observation_keys
