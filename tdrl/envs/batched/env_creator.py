@@ -139,6 +139,33 @@ class EnvCreator:
                     module.use_process_lock(self._lock)
         return env
 
+    def make_variant(self, **kwargs: Any) -> EnvCreator:
+        """A creator of the same env with some keyword arguments changed, sharing this state.
+
+        The envs built by both creators read and update the same shared state (a
+        :class:`~tdrl.envs.TrajCounter`'s count, :class:`~tdrl.envs.VecNorm`'s statistics)
+        under the same lock; the variant's metadata are read from an env built with its
+        arguments.
+
+        Examples:
+            >>> from tdrl.envs import PendulumEnv
+            >>> creator = EnvCreator(PendulumEnv, seed=0)
+            >>> variant = creator.make_variant(seed=1)
+            >>> variant.create_env_kwargs, creator.create_env_kwargs
+            ({'seed': 1}, {'seed': 0})
+            >>> variant.state_dict() is creator.state_dict()
+            True
+        """
+        variant = object.__new__(type(self))
+        variant.__dict__.update(self.__dict__)  # the same shared state and lock
+        variant.create_env_kwargs = {**self.create_env_kwargs, **kwargs}
+        env = self.create_env_fn(**variant.create_env_kwargs)
+        try:
+            variant._meta_data = EnvMetaData.metadata_from_env(env)
+        finally:
+            env.close()
+        return variant
+
     def __getstate__(self) -> dict:
         return {
             "create_env_fn": cloudpickle.dumps(self.create_env_fn),

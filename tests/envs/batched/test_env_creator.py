@@ -91,3 +91,29 @@ def test_shared_state_survives_pickling_and_can_be_disabled():
     assert private.state_dict() == {}
     private().rollout(2)
     assert private.state_dict() == {}
+
+
+def _normalized_counter(max_steps=4):
+    from tdrl.envs import TransformedEnv, VecNorm
+
+    return TransformedEnv(CountingEnv(max_steps=max_steps), VecNorm(in_keys=["observation"]))
+
+
+@pytest.mark.parametrize("batched", ["serial", "parallel"])
+def test_a_variant_changes_arguments_and_shares_the_state(batched):
+    from tdrl.envs.batched import ParallelEnv
+
+    creator = EnvCreator(_normalized_counter)
+    variant = creator.make_variant(max_steps=5)
+    assert variant.create_env_kwargs == {"max_steps": 5}
+    assert creator.create_env_kwargs == {}
+    assert variant.state_dict() is creator.state_dict()
+    before = _count(creator)
+    cls = SerialEnv if batched == "serial" else ParallelEnv
+    with cls(2, [creator, variant]) as env:
+        data = env.rollout(40, break_when_any_done=False)
+    # each sub-env ran with its own episode length
+    assert int(data[0]["next", "done"].sum()) == 10
+    assert int(data[1]["next", "done"].sum()) == 8
+    # both sub-envs updated the one set of statistics (at least their 40 steps each)
+    assert _count(creator) >= before + 2 * 40
