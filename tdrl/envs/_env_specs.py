@@ -185,6 +185,12 @@ class EnvSpecs:
         cache.reset_keys = [reset_key_for(prefix) for prefix, _ in groups]
         cache.done_flag_keys = [done_flag_key(prefix, keys) for prefix, keys in groups]
         cache.done_completions = completions
+        done_specs = out["full_done_spec"]
+        cache.scalar_done_shapes = [
+            (key, done_specs[key].shape)
+            for key in cache.done_keys
+            if done_specs[key].shape.numel() == 1 and done_specs[key].shape
+        ]
         # reward entries that are also state (e.g. running sums) travel to the next step
         state_keys = set(cache.state_keys)
         cache.mdp_excluded = excluded_set([k for k in cache.reward_keys if k not in state_keys])

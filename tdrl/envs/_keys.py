@@ -66,6 +66,9 @@ class SpecCache:
     done_flag_keys: list = field(default_factory=list)
     #: data-side completion of missing done/terminated entries
     done_completions: list = field(default_factory=list)
+    #: (key, shape) of the done entries whose spec holds one element: a step may give
+    #: them as a python bool (a 0-d tensor), reshaped to the spec's shape
+    scalar_done_shapes: list = field(default_factory=list)
     #: keys dropped by the step_mdp of rollouts (the rewards)
     mdp_excluded: dict = field(default_factory=dict)
     action_leaf: Any = None

@@ -23,7 +23,7 @@ from tdrl.envs._env_specs import INPUT_ENTRIES, OUTPUT_ENTRIES, EnvSpecs
 from tdrl.envs._keys import DoneCompletion, EnvKeys, as_tuple, from_tuple
 from tdrl.envs._set_state import reset_kwargs
 from tdrl.envs._step_mdp import attach_next
-from tdrl.envs._td_fast import any_true, fast_get
+from tdrl.envs._td_fast import any_true, fast_get, fast_set
 
 __all__ = ["BatchSizeError", "EnvBase", "seed_generator"]
 
@@ -459,7 +459,13 @@ class EnvBase(EnvSpecs, EnvKeys, EnvRollouts, nn.Module):
             and next_tensordict.device != device
         ):
             next_tensordict = next_tensordict.to(device)
-        completions = self._cache.done_completions
+        cache = self._cache
+        for key, shape in cache.scalar_done_shapes:
+            value = fast_get(next_tensordict, key)
+            if type(value) is torch.Tensor and not value.shape:
+                # a python bool given for a one-element done entry: the spec's shape
+                fast_set(next_tensordict, key, value.reshape(shape))
+        completions = cache.done_completions
         if completions and complete_done_data(next_tensordict, completions):
             self._fill_done(next_tensordict)
         if self.run_type_checks:
