@@ -219,6 +219,13 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             data: one item (int cursor) or items stacked along a leading dimension.
             set_cursor: whether the write may grow ``len(self)``.
         """
+        if type(cursor) is slice and self._td is not None:
+            # the writers' case, first: rows start:stop of an allocated storage
+            self._write_slice(cursor, self._data_leaves(data))
+            self._counters_np[1] += 1
+            if set_cursor:
+                self._grow(cursor)
+            return
         if isinstance(cursor, range):
             cursor = range_index(cursor)
         single = isinstance(cursor, (int, np.integer))
