@@ -9,6 +9,8 @@ content) is seen by the next write.
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -158,3 +160,14 @@ def test_a_multi_dim_storage_checks_the_whole_item_shape():
     assert torch.equal(storage.content["obs"][:2], data["obs"])
     with pytest.raises(ValueError, match=r"expected shape \(2, 3, 4\), got \(2, 2, 4\)"):
         storage.set(slice(2, 4), TensorDict({"obs": torch.zeros(2, 2, 4)}, [2, 2]))
+
+
+def test_a_copied_storage_writes_with_its_own_shapes():
+    storage = LazyTensorStorage(6)
+    storage.set(slice(0, 2), transitions(2))
+    copy = pickle.loads(pickle.dumps(storage))
+    copy.set(slice(2, 4), transitions(2, start=2))
+    assert torch.equal(copy.content["obs"][:4], transitions(4)["obs"])
+    assert len(copy) == 4 and len(storage) == 2
+    with pytest.raises(ValueError, match=r"key \('obs',\): expected shape \(2, 3\), got \(2, 5\)"):
+        copy.set(slice(0, 2), transitions(2, obs=5))
