@@ -171,3 +171,34 @@ def test_a_copied_storage_writes_with_its_own_shapes():
     assert len(copy) == 4 and len(storage) == 2
     with pytest.raises(ValueError, match=r"key \('obs',\): expected shape \(2, 3\), got \(2, 5\)"):
         copy.set(slice(0, 2), transitions(2, obs=5))
+
+
+def adopt_rows(storage: LazyTensorStorage, rows: int) -> None:
+    """Give ``storage`` new zero-filled content of ``rows`` rows."""
+    td = transitions(rows).empty(recurse=True)
+    template = [
+        (key if isinstance(key, tuple) else (key,), (rows, *leaf.shape[1:]), leaf.dtype)
+        for key, leaf in transitions(1).items(True, True)
+    ]
+    for (key, _, _), tensor in zip(template, storage.allocate_leaves(template)):
+        td.set(key, tensor.zero_())
+    storage.adopt_content(td, kind="tensordict")
+
+
+def test_content_with_more_rows_takes_writes_past_the_old_end():
+    storage = LazyTensorStorage(4)
+    storage.set(slice(0, 2), transitions(2))
+    adopt_rows(storage, 8)
+    storage.set(slice(4, 8), transitions(4, start=4))
+    assert torch.equal(storage.content["obs"][4:], transitions(4, start=4)["obs"])
+    assert len(storage) == 8
+
+
+def test_content_with_fewer_rows_refuses_writes_past_its_end():
+    storage = LazyTensorStorage(8)
+    storage.set(slice(4, 8), transitions(4))  # caches the shapes of 4-row writes
+    adopt_rows(storage, 4)
+    with pytest.raises(
+        ValueError, match=r"data shape mismatch at key .*: expected shape \(0, \d\), got \(4, \d\)"
+    ):
+        storage.set(slice(4, 8), transitions(4))
