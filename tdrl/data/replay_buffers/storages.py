@@ -173,6 +173,7 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             "_flat_plan",
             "_flat_leaves",
             "_gather_programs",
+            "_write_shapes",
             "_len_np",
             "_counters_np",
         ):
@@ -218,6 +219,13 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             data: one item (int cursor) or items stacked along a leading dimension.
             set_cursor: whether the write may grow ``len(self)``.
         """
+        if type(cursor) is slice and self._td is not None:
+            # the writers' case, first: rows start:stop of an allocated storage
+            self._write_slice(cursor, self._data_leaves(data))
+            self._counters_np[1] += 1
+            if set_cursor:
+                self._grow(cursor)
+            return
         if isinstance(cursor, range):
             cursor = range_index(cursor)
         single = isinstance(cursor, (int, np.integer))
@@ -225,11 +233,7 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             self._first_write(data, not single)
         leaves = self._data_leaves(data)
         if isinstance(cursor, slice):
-            for key, dst, src in zip(self._keys, self._leaves, leaves):
-                view = dst[cursor]
-                if view.shape != src.shape:
-                    raise self._shape_error(key, view.shape, src.shape)
-                view.copy_(src)
+            self._write_slice(cursor, leaves)
         elif isinstance(cursor, tuple):
             cursor = self.multi_index(cursor)
             self._write_multi(cursor, leaves)
@@ -248,6 +252,42 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
         self._counters_np[1] += 1
         if set_cursor:
             self._grow(cursor)
+
+    def _write_slice(self, cursor: slice, leaves: list[torch.Tensor]) -> None:
+        """Copy ``leaves`` into the rows ``cursor`` of the stored leaves.
+
+        A writer's slice (``start:stop``, within the rows) is checked with one comparison
+        of the leaves' shapes to those expected for its length (cached per layout and
+        length); any other slice, or leaves of other shapes, take the leaf-by-leaf path,
+        which names the first leaf whose shape differs.
+        """
+        start, stop = cursor.start, cursor.stop
+        if (
+            cursor.step is None
+            and type(start) is int
+            and type(stop) is int
+            and 0 <= start <= stop <= self._rows
+        ):
+            shapes = self._write_shapes.get(stop - start)
+            if shapes is None:
+                shapes = self._slice_shapes(stop - start)
+            if [src.shape for src in leaves] == shapes:
+                for dst, src in zip(self._leaves, leaves):
+                    dst[cursor] = src
+                return
+        for key, dst, src in zip(self._keys, self._leaves, leaves):
+            view = dst[cursor]
+            if view.shape != src.shape:
+                raise self._shape_error(key, view.shape, src.shape)
+            view.copy_(src)
+
+    def _slice_shapes(self, count: int) -> list[torch.Size]:
+        """The shapes of the stored leaves' views of ``count`` consecutive rows (cached)."""
+        cache = self._write_shapes
+        if len(cache) >= 16:  # writes of many lengths: keep the latest ones
+            cache.clear()
+        shapes = cache[count] = [torch.Size((count, *dst.shape[1:])) for dst in self._leaves]
+        return shapes
 
     def item_index(self, index: torch.Tensor) -> Any:
         """The item index an index tensor of more than one dim stands for, else ``None``.
