@@ -266,7 +266,7 @@ class TensorStorage(SharedInit, TensorLayout, Storage):
             cursor.step is None
             and type(start) is int
             and type(stop) is int
-            and 0 <= start <= stop <= self._rows
+            and 0 <= start <= stop <= self._slice_rows
         ):
             shapes = self._write_shapes.get(stop - start)
             if shapes is None:

@@ -164,7 +164,7 @@ class TensorLayout:
         self._out_device = self._td.device
         self._gather_programs: dict = {}  # compiled gathers of the plans above (see gather)
         # the rows along dim 0 and, per write length, the shapes a slice write expects
-        self._rows = td.shape[0]
+        self._slice_rows = td.shape[0]
         self._write_shapes: dict[int, list[torch.Size]] = {}
 
     def _wrap(self, td: TensorDictBase) -> Any:
