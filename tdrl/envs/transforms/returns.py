@@ -52,7 +52,7 @@ def _reset_candidates(key: NestedKey, done_prefixes: set) -> list:
 
 def _first_mask(tensordict: TensorDictBase, reset_keys: list) -> torch.Tensor | None:
     for reset_key in reset_keys:
-        mask = tensordict.get(reset_key, None)
+        mask = fast_get(tensordict, reset_key)
         if mask is not None:
             return mask
     return None
@@ -322,13 +322,13 @@ class _EpisodeTracker(Transform):
             else:
                 full_shape = (*batch, *shape)
             value = self._initial(full_shape, dtype, device)
-            previous = tensordict.get(out_key, None)
+            previous = fast_get(tensordict, out_key)
             if previous is not None and previous.shape == value.shape:
                 mask = _first_mask(tensordict, reset_keys)
                 if mask is not None and not all_true(mask):
                     mask = align_mask(mask, value.shape, "_reset", reset_keys[0], out_key)
                     value = torch.where(mask, value, previous)
-            tensordict_reset.set(out_key, value)
+            fast_set(tensordict_reset, out_key, value)
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
