@@ -248,7 +248,7 @@ class TransformedEnv(EnvBase):
 
     @property
     def _batch_locked(self) -> bool:
-        return self.__dict__["_base_env"].batch_locked
+        return self.__dict__["_base_env"]._batch_locked
 
     @property
     def batch_locked(self) -> bool:

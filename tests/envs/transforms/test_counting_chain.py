@@ -181,3 +181,28 @@ def test_reset_input_selection_matches_select(make, keys):
     assert sorted(got.keys(True, True), key=str) == sorted(expected.keys(True, True), key=str)
     for key in expected.keys(True, True):
         assert got.get(key) is expected.get(key)
+
+
+def test_chain_edits_change_what_a_step_writes():
+    env = TransformedEnv(CountingEnv(max_steps=100), Compose(StepCounter()))
+    td = env.rand_step(env.reset())
+    assert "episode_reward" not in td["next"].keys()
+    env.transform.append(RewardSum())
+    env.transform.insert(0, InitTracker())
+    td = env.rand_step(env.reset())
+    assert {"step_count", "episode_reward", "is_init"} <= set(td["next"].keys())
+    popped = env.transform.pop(1)
+    assert isinstance(popped, StepCounter)
+    td = env.rand_step(env.reset())
+    assert "step_count" not in td["next"].keys()
+    assert td["next", "is_init"].reshape(-1).tolist() == [False]
+
+
+def test_a_cloned_chain_steps_its_own_transforms():
+    chain = Compose(StepCounter(max_steps=5), RewardSum())
+    clone = chain.clone()
+    clone[0].max_steps = 1
+    first = TransformedEnv(CountingEnv(max_steps=100), chain)
+    second = TransformedEnv(CountingEnv(max_steps=100), clone)
+    assert first.rollout(10).shape == (5,)
+    assert second.rollout(10).shape == (1,)
