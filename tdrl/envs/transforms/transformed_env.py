@@ -204,10 +204,20 @@ class TransformedEnv(EnvBase):
         self.__dict__["_needs_inverse"] = transform._needs_inverse()
         self.__dict__["_post_hooks"] = (*base._post_step_hooks(), *transform._post_step_hooks())
         self._refresh()
-        # what a reset passes on to the base env and the transforms, in a stable order
-        self.__dict__["_reset_input_keys"] = tuple(
-            dict.fromkeys((*self.reset_keys, *base.reset_keys, *self.state_keys, *base.state_keys))
-        )
+        self.__dict__["_reset_inputs"] = None
+
+    def _reset_input_keys(self) -> tuple:
+        """The entries a reset passes on to the base env and the transforms, in a stable order.
+
+        Kept until the specs of this env or of the base env change.
+        """
+        base = self.__dict__["_base_env"]
+        base_cache = base._cache
+        cached = self.__dict__["_reset_inputs"]
+        if cached is None or cached[0] is not base_cache:
+            keys = (*self.reset_keys, *base.reset_keys, *self.state_keys, *base.state_keys)
+            cached = self.__dict__["_reset_inputs"] = (base_cache, tuple(dict.fromkeys(keys)))
+        return cached[1]
 
     def _post_step_hooks(self) -> tuple:
         return self.__dict__.get("_post_hooks", ())
@@ -339,7 +349,7 @@ class TransformedEnv(EnvBase):
         base = self.__dict__["_base_env"]
         transform = self.__dict__["_transform"]
         if tensordict is not None:
-            tensordict = _select(tensordict, self.__dict__["_reset_input_keys"])
+            tensordict = _select(tensordict, self._reset_input_keys())
         tensordict = transform._reset_env_preprocess(tensordict)
 
         def done_template() -> TensorDictBase:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from tdrl.data import Unbounded
 from tdrl.envs import (
     Compose,
     GymEnv,
@@ -128,6 +129,14 @@ def test_reset_passes_on_the_state_of_transforms_appended_later():
     td = env.reset(td)
     assert base.seen == {"_reset", "step_count"}
     assert td["step_count"].reshape(-1).tolist() == [0, 1]
+    # so does a state entry added to the base env's own specs
+    state_spec = env.base_env.full_state_spec.clone().unlock_()
+    state_spec["memory"] = Unbounded((2, 3))
+    env.base_env.full_state_spec = state_spec
+    td["_reset"] = torch.tensor([[True], [False]])
+    td["memory"] = torch.zeros(2, 3)
+    env.reset(td)
+    assert base.seen == {"_reset", "step_count", "memory"}
 
 
 def test_max_steps_change_through_a_new_chain_truncates_at_the_new_limit():
