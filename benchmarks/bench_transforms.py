@@ -11,16 +11,21 @@ too, for reference. When ``RewardSum`` is not available, the chain is
 
 ``--clock cpu`` times with the process CPU clock instead of the wall clock, which is
 steadier on a machine shared with other jobs (the benchmark runs in one thread).
+``--calls`` also counts the Python-level calls (functions and builtins, as ``cProfile``
+sees them) per step of each rollout: a figure that does not depend on the machine's load.
 
 Usage::
 
     python benchmarks/bench_transforms.py [--quick] [--steps N] [--rounds R] [--clock wall|cpu]
+        [--calls]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import time
 
@@ -47,12 +52,22 @@ def _time_rollout(env, steps: int, explicit_policy: bool = True) -> float:
     return (CLOCK() - start) / steps
 
 
+def _calls_per_step(env, steps: int) -> float:
+    """Python-level calls (functions and builtins) per step of a rollout with ``rand_action``."""
+    profile = cProfile.Profile()
+    profile.enable()
+    env.rollout(steps, policy=env.rand_action, break_when_any_done=False)
+    profile.disable()
+    return pstats.Stats(profile).total_calls / steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (a few seconds)")
     parser.add_argument("--steps", type=int, default=None, help="steps per rollout")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--calls", action="store_true", help="also count calls per step")
     args = parser.parse_args()
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
@@ -84,6 +99,18 @@ def main() -> None:
     print(f"{'TransformedEnv(' + chain_name + ')':<46}{transformed_us:>10.1f}")
     print(f"{'GymEnv, no policy (columnar path)':<46}{columnar_us:>10.1f}")
     print(f"ratio {ratio:.2f} (target <= {TARGET_RATIO})")
+    calls = {}
+    if args.calls:
+        base_calls = _calls_per_step(base, steps)
+        transformed_calls = _calls_per_step(transformed, steps)
+        print(
+            f"calls per step: GymEnv {base_calls:.1f}, transformed {transformed_calls:.1f} "
+            f"(ratio {transformed_calls / base_calls:.2f})"
+        )
+        calls = {
+            "base_calls_per_step": round(base_calls, 1),
+            "transformed_calls_per_step": round(transformed_calls, 1),
+        }
     print(
         json.dumps(
             {
@@ -97,6 +124,7 @@ def main() -> None:
                 "columnar_us_per_step": round(columnar_us, 2),
                 "ratio": round(ratio, 3),
                 "target": TARGET_RATIO,
+                **calls,
             }
         )
     )

@@ -70,6 +70,8 @@ class Compose(Transform):
     def _refresh_plan(self) -> None:
         transforms = list(self.transforms)
         self.__dict__["_step_plan"] = transforms
+        # the bound step methods, looked up once per chain change instead of once per step
+        self.__dict__["_step_calls"] = tuple(t._step for t in transforms)
         self.__dict__["_inv_plan"] = [t for t in reversed(transforms) if t._needs_inverse()]
 
     # ------------------------------------------------------------ data paths
@@ -85,8 +87,8 @@ class Compose(Transform):
         return tensordict
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for transform in self.__dict__["_step_plan"]:
-            next_tensordict = transform._step(tensordict, next_tensordict)
+        for step in self.__dict__["_step_calls"]:
+            next_tensordict = step(tensordict, next_tensordict)
         return next_tensordict
 
     def _post_step_hooks(self) -> list:

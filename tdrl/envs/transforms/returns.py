@@ -52,7 +52,7 @@ def _reset_candidates(key: NestedKey, done_prefixes: set) -> list:
 
 def _first_mask(tensordict: TensorDictBase, reset_keys: list) -> torch.Tensor | None:
     for reset_key in reset_keys:
-        mask = tensordict.get(reset_key, None)
+        mask = fast_get(tensordict, reset_key)
         if mask is not None:
             return mask
     return None
@@ -322,13 +322,13 @@ class _EpisodeTracker(Transform):
             else:
                 full_shape = (*batch, *shape)
             value = self._initial(full_shape, dtype, device)
-            previous = tensordict.get(out_key, None)
+            previous = fast_get(tensordict, out_key)
             if previous is not None and previous.shape == value.shape:
                 mask = _first_mask(tensordict, reset_keys)
                 if mask is not None and not all_true(mask):
                     mask = align_mask(mask, value.shape, "_reset", reset_keys[0], out_key)
                     value = torch.where(mask, value, previous)
-            tensordict_reset.set(out_key, value)
+            fast_set(tensordict_reset, out_key, value)
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
@@ -483,6 +483,18 @@ class RewardSum(_EpisodeTracker):
     @staticmethod
     def _update(previous: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
         return previous + reward
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        # the tracker's step with the sum written out (one call less per entry and step)
+        for in_key, out_key in self._pairs:
+            reward = fast_get(next_tensordict, in_key)
+            if reward is None:
+                reward = next_tensordict.get(in_key)  # raises the usual KeyError
+            previous = fast_get(tensordict, out_key)
+            if previous is None:
+                previous = self._initial(reward.shape, reward.dtype, reward.device)
+            fast_set(next_tensordict, out_key, previous + reward)
+        return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the running sums along the time dim of trajectories (buffer samples, rollouts).

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from tdrl._settings import auto_unwrap_transformed_env
 from tdrl.envs import _partial
@@ -47,6 +47,26 @@ def _transform_keys_under_transform(
     for key in [key for key in state if key.startswith(prefix)]:
         if key[len(prefix) :].split(".", 1)[0] not in own:
             state[prefix + _TRANSFORM + key[len(prefix) :]] = state.pop(key)
+
+
+def _select(tensordict: TensorDictBase, keys: tuple) -> TensorDictBase:
+    """``tensordict.select(*keys, strict=False)``, built at once when every key names a tensor."""
+    if type(tensordict) is TensorDict and tensordict._td_dim_names is None:
+        source = tensordict._tensordict
+        selected = {}
+        for key in keys:
+            value = source.get(key) if type(key) is str else tensordict
+            if value is None:
+                continue
+            if type(value) is not torch.Tensor:
+                # a nested key or a nested entry: the generic select copies the structure
+                break
+            selected[key] = value
+        else:
+            return TensorDict._new_unsafe(
+                selected, batch_size=tensordict.batch_size, device=tensordict.device, nested=False
+            )
+    return tensordict.select(*keys, strict=False)
 
 
 class TransformedEnv(EnvBase):
@@ -184,6 +204,20 @@ class TransformedEnv(EnvBase):
         self.__dict__["_needs_inverse"] = transform._needs_inverse()
         self.__dict__["_post_hooks"] = (*base._post_step_hooks(), *transform._post_step_hooks())
         self._refresh()
+        self.__dict__["_reset_inputs"] = None
+
+    def _reset_input_keys(self) -> tuple:
+        """The entries a reset passes on to the base env and the transforms, in a stable order.
+
+        Kept until the specs of this env or of the base env change.
+        """
+        base = self.__dict__["_base_env"]
+        base_cache = base._cache
+        cached = self.__dict__["_reset_inputs"]
+        if cached is None or cached[0] is not base_cache:
+            keys = (*self.reset_keys, *base.reset_keys, *self.state_keys, *base.state_keys)
+            cached = self.__dict__["_reset_inputs"] = (base_cache, tuple(dict.fromkeys(keys)))
+        return cached[1]
 
     def _post_step_hooks(self) -> tuple:
         return self.__dict__.get("_post_hooks", ())
@@ -224,7 +258,7 @@ class TransformedEnv(EnvBase):
 
     @property
     def _batch_locked(self) -> bool:
-        return self.__dict__["_base_env"].batch_locked
+        return self.__dict__["_base_env"]._batch_locked
 
     @property
     def batch_locked(self) -> bool:
@@ -315,8 +349,7 @@ class TransformedEnv(EnvBase):
         base = self.__dict__["_base_env"]
         transform = self.__dict__["_transform"]
         if tensordict is not None:
-            keys = {*self.reset_keys, *base.reset_keys, *self.state_keys, *base.state_keys}
-            tensordict = tensordict.select(*keys, strict=False)
+            tensordict = _select(tensordict, self._reset_input_keys())
         tensordict = transform._reset_env_preprocess(tensordict)
 
         def done_template() -> TensorDictBase:
