@@ -212,12 +212,13 @@ class TransformedEnv(EnvBase):
         Kept until the specs of this env or of the base env change.
         """
         base = self.__dict__["_base_env"]
-        base_cache = base._cache
+        own_cache, base_cache = self._cache, base._cache
         cached = self.__dict__["_reset_inputs"]
-        if cached is None or cached[0] is not base_cache:
+        if cached is None or cached[0] is not own_cache or cached[1] is not base_cache:
             keys = (*self.reset_keys, *base.reset_keys, *self.state_keys, *base.state_keys)
-            cached = self.__dict__["_reset_inputs"] = (base_cache, tuple(dict.fromkeys(keys)))
-        return cached[1]
+            cached = (own_cache, base_cache, tuple(dict.fromkeys(keys)))
+            self.__dict__["_reset_inputs"] = cached
+        return cached[2]
 
     def _post_step_hooks(self) -> tuple:
         return self.__dict__.get("_post_hooks", ())
