@@ -155,10 +155,40 @@ def update_during_reset(
                 continue
             mask_v = align_mask(mask, value.shape, "_reset", reset_key, full_key)
             masked[full_key] = torch.where(mask_v, value, previous)
+    resized = _resized_levels(tensordict_reset, tensordict, ())
+    if resized:
+        # a nested level whose length the reset changed (a history, a variable-length
+        # list) is replaced whole: its entries cannot be merged into the longer input
+        for key in resized:
+            tensordict.set(key, tensordict_reset.get(key))
+        tensordict_reset = tensordict_reset.exclude(*resized)
     tensordict.update(tensordict_reset)
     for key, value in masked.items():
         tensordict.set(key, value)
     return tensordict
+
+
+def _resized_levels(
+    tensordict_reset: TensorDictBase, tensordict: TensorDictBase, prefix: tuple
+) -> list:
+    """Keys of the nested levels of the reset output whose batch size the input's lacks.
+
+    Only plain TensorDicts are walked (a lazy stack's elements are merged one by one).
+    """
+    resized: list = []
+    if type(tensordict_reset) is not TensorDict or type(tensordict) is not TensorDict:
+        return resized
+    for key, value in tensordict_reset.items():
+        if is_data_leaf(type(value)):
+            continue
+        previous = tensordict.get(key, None)
+        if previous is None or is_data_leaf(type(previous)):
+            continue
+        if previous.batch_size != value.batch_size:
+            resized.append((*prefix, key))
+        else:
+            resized.extend(_resized_levels(value, previous, (*prefix, key)))
+    return resized
 
 
 def _update_flat(
