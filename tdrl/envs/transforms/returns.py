@@ -484,18 +484,6 @@ class RewardSum(_EpisodeTracker):
     def _update(previous: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
         return previous + reward
 
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        # the tracker's step with the sum written out (one call less per entry and step)
-        for in_key, out_key in self._pairs:
-            reward = fast_get(next_tensordict, in_key)
-            if reward is None:
-                reward = next_tensordict.get(in_key)  # raises the usual KeyError
-            previous = fast_get(tensordict, out_key)
-            if previous is None:
-                previous = self._initial(reward.shape, reward.dtype, reward.device)
-            fast_set(next_tensordict, out_key, previous + reward)
-        return next_tensordict
-
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the running sums along the time dim of trajectories (buffer samples, rollouts).
 
