@@ -142,10 +142,9 @@ class EnvCreator:
     def make_variant(self, **kwargs: Any) -> EnvCreator:
         """A creator of the same env with some keyword arguments changed, sharing this state.
 
-        The envs built by both creators read and update the same shared state (a
-        :class:`~tdrl.envs.TrajCounter`'s count, :class:`~tdrl.envs.VecNorm`'s statistics)
-        under the same lock; the variant's metadata are read from an env built with its
-        arguments.
+        The envs built by both creators read and update the same shared state (see
+        :meth:`state_dict`: :class:`~tdrl.envs.VecNorm`'s statistics, for instance) under
+        the same lock; the variant's metadata are read from an env built with its arguments.
 
         Examples:
             >>> from tdrl.envs import PendulumEnv
