@@ -15,6 +15,19 @@ from tdrl.data.replay_buffers.utils import built_component
 __all__ = ["PrioritizedReplayBuffer"]
 
 
+def prioritized_parts(
+    storage: Any, alpha: float, beta: float, eps: float, **sampler_kwargs: Any
+) -> tuple[Storage, PrioritizedSampler]:
+    """The storage (built now, ``ListStorage(1000)`` by default) and its prioritized sampler.
+
+    The priority trees are sized from the storage, so a storage factory is built first.
+    """
+    storage = built_component(storage, Storage, "storage")
+    if storage is None:
+        storage = ListStorage(max_size=1000)
+    return storage, PrioritizedSampler(storage.max_size, alpha, beta, eps, **sampler_kwargs)
+
+
 class PrioritizedReplayBuffer(ReplayBuffer):
     """A replay buffer with prioritized sampling (a :class:`PrioritizedSampler`).
 
@@ -55,11 +68,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         shared: bool = False,
         compilable: bool | None = None,
     ) -> None:
-        # the priority trees are sized from the storage: a storage factory is built now
-        storage = built_component(storage, Storage, "storage")
-        if storage is None:
-            storage = ListStorage(max_size=1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+        storage, sampler = prioritized_parts(storage, alpha, beta, eps, dtype=dtype)
         super().__init__(
             storage=storage,
             sampler=sampler,

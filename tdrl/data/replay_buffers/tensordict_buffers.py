@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.data.replay_buffers.prioritized_buffer import prioritized_parts
 from tdrl.data.replay_buffers.replay_buffers import ReplayBuffer
-from tdrl.data.replay_buffers.samplers import PrioritizedSampler
-from tdrl.data.replay_buffers.storages import ListStorage, Storage, TensorStorage
-from tdrl.data.replay_buffers.utils import built_component, expand_to_items
+from tdrl.data.replay_buffers.storages import Storage, TensorStorage
+from tdrl.data.replay_buffers.utils import expand_to_items
 from tdrl.data.replay_buffers.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -177,11 +177,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         shared: bool = False,
         compilable: bool | None = None,
     ) -> None:
-        # the priority trees are sized from the storage: a storage factory is built now
-        storage = built_component(storage, Storage, "storage")
-        if storage is None:
-            storage = ListStorage(max_size=1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, reduction=reduction)
+        storage, sampler = prioritized_parts(storage, alpha, beta, eps, reduction=reduction)
         super().__init__(
             priority_key=priority_key,
             storage=storage,
