@@ -5,9 +5,13 @@ against one ``SyncDataCollector`` (the issue's target: >= 1.6x on 2 cores), next
 ceiling any 2-process collector can reach on the same machine at the same moment: two
 independent processes, each running its own ``SyncDataCollector``, that never talk to each
 other (their frames/s over one such process is the best ratio the hardware and the current
-load allow).
+load allow), and to the bound of any synchronous collector: two processes that collect their
+share of each batch in lock-step, as the workers of a synchronous collector must (a batch
+starts when it is asked for and is complete when the slower worker is done), and hand no data
+over. The ceiling's processes never wait for each other; the lock-step ones wait for the
+slower at every batch, which is the price of the synchronous contract on this machine.
 
-Each round measures the three in turn (the order alternates between rounds), skipping the
+Each round measures the four in turn (the order alternates between rounds), skipping the
 first ``WARMUP`` batches of each (start-up, then the page faults and cold caches of a fresh
 process). Besides frames/s it reports CPU seconds per frame, summed over every process
 involved (parent and workers, read from ``/proc``), and the cores kept busy (CPU seconds per
@@ -121,12 +125,18 @@ def _timed(collector, batches: int, workers: list[int]) -> dict:
     }
 
 
-def _independent(policy_kind: str, batches: int, barrier, results) -> None:
-    """One of the ceiling's processes: a SyncDataCollector collecting on its own."""
-    torch.set_num_threads(1)  # as in a collector worker
-    collector = SyncDataCollector(
+def _worker_collector(policy_kind: str) -> SyncDataCollector:
+    """A collector of one worker's share of a batch, in a process set up as a collector worker."""
+    gc.freeze()  # as in a collector worker: inherited objects are never walked
+    torch.set_num_threads(1)
+    return SyncDataCollector(
         GymEnv(ENV_NAME), make_policy(policy_kind), frames_per_batch=FRAMES_PER_BATCH // WORKERS
     )
+
+
+def _independent(policy_kind: str, batches: int, barrier, results) -> None:
+    """One of the ceiling's processes: a SyncDataCollector collecting on its own."""
+    collector = _worker_collector(policy_kind)
     iterator = iter(collector)
     for _ in range(WARMUP):
         next(iterator)
@@ -155,6 +165,51 @@ def _ceiling(policy_kind: str, batches: int) -> dict:
     elapsed = max(elapsed for _, elapsed, _ in outcome)
     cpu = sum(cpu for _, _, cpu in outcome)
     return {"fps": frames / elapsed, "cpu_per_frame": cpu / frames, "cores": cpu / elapsed}
+
+
+def _lockstep_worker(policy_kind: str, conn) -> None:
+    """Collect one batch per message and answer it, handing no data over (until False)."""
+    iterator = iter(_worker_collector(policy_kind))
+    while conn.recv():
+        next(iterator)
+        conn.send(True)
+
+
+class LockStep:
+    """The bound of any synchronous multi-process collector on this machine.
+
+    ``WORKERS`` processes collect their share of each batch in lock-step, as the workers of
+    ``MultiSyncDataCollector`` must (a batch starts when it is asked for and ends when the
+    slowest worker is done), with nothing else: no data is handed over, nothing is stacked.
+    Iterating yields the frame count of each batch (``.numel()``, as a batch has).
+    """
+
+    def __init__(self, policy_kind: str) -> None:
+        context = multiprocessing.get_context("fork")
+        self._connections, self._processes = [], []
+        for _ in range(WORKERS):
+            parent, child = context.Pipe()
+            process = context.Process(target=_lockstep_worker, args=(policy_kind, child))
+            process.start()
+            child.close()
+            self._connections.append(parent)
+            self._processes.append(process)
+        self.worker_pids = [process.pid for process in self._processes]
+
+    def __iter__(self):
+        frames = torch.empty(FRAMES_PER_BATCH)
+        while True:
+            for conn in self._connections:
+                conn.send(True)
+            for conn in self._connections:
+                conn.recv()
+            yield frames
+
+    def shutdown(self) -> None:
+        for conn in self._connections:
+            conn.send(False)
+        for process in self._processes:
+            process.join()
 
 
 def _report(run, conn) -> None:
@@ -313,8 +368,12 @@ def main() -> None:
     def ceiling() -> dict:
         return _ceiling(args.policy, batches)
 
-    runs = {"single": [], "multi": [], "ceiling": []}
-    order = [("single", single), ("multi", multi), ("ceiling", ceiling)]
+    def lockstep() -> dict:
+        bound = LockStep(args.policy)
+        return _timed(bound, batches, bound.worker_pids)
+
+    runs = {"single": [], "multi": [], "lockstep": [], "ceiling": []}
+    order = [("single", single), ("multi", multi), ("lockstep", lockstep), ("ceiling", ceiling)]
     for round_ in range(rounds):
         for name, run in order if round_ % 2 == 0 else order[::-1]:
             runs[name].append(_in_fresh_process(run))
@@ -342,12 +401,21 @@ def main() -> None:
         "independent_frames_per_s": round(median("ceiling", "fps")),
         "ratio": round(paired("multi"), 3),
         "ceiling_ratio": round(paired("ceiling"), 3),
+        "lockstep_ratio": round(paired("lockstep"), 3),
+        "multisync_over_lockstep": round(
+            statistics.median(
+                run["fps"] / bound["fps"] for run, bound in zip(runs["multi"], runs["lockstep"])
+            ),
+            3,
+        ),
         "sync_cpu_us_per_frame": round(cpu_single * 1e6, 1),
         "multisync_cpu_us_per_frame": round(cpu_multi * 1e6, 1),
         "independent_cpu_us_per_frame": round(median("ceiling", "cpu_per_frame") * 1e6, 1),
+        "lockstep_cpu_us_per_frame": round(median("lockstep", "cpu_per_frame") * 1e6, 1),
         "sync_cores": round(median("single", "cores"), 3),
         "multisync_cores": round(median("multi", "cores"), 3),
         "independent_cores": round(median("ceiling", "cores"), 3),
+        "lockstep_cores": round(median("lockstep", "cores"), 3),
         "multisync_parent_cpu_share": round(median("multi", "parent_share"), 4),
         "idle_cores_ratio": round(WORKERS * cpu_single / cpu_multi, 3),
         "load_before": round(load_before[0], 2),
@@ -358,6 +426,7 @@ def main() -> None:
     rows = [
         ("SyncDataCollector", "single"),
         (f"MultiSyncDataCollector ({WORKERS} workers)", "multi"),
+        (f"{WORKERS} processes collecting in lock-step", "lockstep"),
         (f"{WORKERS} independent SyncDataCollector processes", "ceiling"),
     ]
     for label, name in rows:
@@ -369,6 +438,10 @@ def main() -> None:
         f"{result['idle_cores_ratio']:.2f}x); parent CPU share "
         f"{result['multisync_parent_cpu_share']:.1%}; load {result['load_before']} -> "
         f"{result['load_after']}; {result['autogroup']}"
+    )
+    print(
+        f"lock-step bound (any synchronous collector): {result['lockstep_ratio']:.2f}x; "
+        f"MultiSyncDataCollector reaches {result['multisync_over_lockstep']:.1%} of it"
     )
     # frames/s = cores busy / CPU per frame, so the ratio is the product of these two
     print(
