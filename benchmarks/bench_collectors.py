@@ -37,7 +37,7 @@ real collection; ``--policy random`` uses the env's random policy instead. Print
 one JSON line with the medians.
 
 Usage: python benchmarks/bench_collectors.py [--quick] [--policy {mlp,random}] [--rounds N]
-    [--autogroup-nice N] [--breakdown]
+    [--frames-per-batch N] [--autogroup-nice N] [--breakdown]
 """
 
 from __future__ import annotations
@@ -322,6 +322,7 @@ def _autogroup() -> str:
 
 
 def main() -> None:
+    global FRAMES_PER_BATCH  # set from the arguments; read by the processes forked below
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run")
     parser.add_argument("--policy", choices=["mlp", "random"], default="mlp")
@@ -333,11 +334,18 @@ def main() -> None:
         help="run in a new session whose autogroup has this nice value (Linux)",
     )
     parser.add_argument(
+        "--frames-per-batch",
+        type=int,
+        default=FRAMES_PER_BATCH,
+        help=f"frames of one batch, summed over the workers (default {FRAMES_PER_BATCH})",
+    )
+    parser.add_argument(
         "--breakdown",
         action="store_true",
         help="time what a worker batch costs besides its collection, then exit",
     )
     args = parser.parse_args()
+    FRAMES_PER_BATCH = args.frames_per_batch
     if args.autogroup_nice is not None:
         _own_autogroup(args.autogroup_nice)
     if args.breakdown:
@@ -395,6 +403,7 @@ def main() -> None:
         "env": ENV_NAME,
         "policy": args.policy,
         "workers": WORKERS,
+        "frames_per_batch": FRAMES_PER_BATCH,
         "rounds": rounds,
         "sync_frames_per_s": round(median("single", "fps")),
         "multisync_frames_per_s": round(median("multi", "fps")),
