@@ -117,3 +117,40 @@ def test_dumps_onto_an_existing_regular_file_raises_and_keeps_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     rb.dumps(tmp_path / "ckpt")  # a folder path still works, and can be overwritten
     rb.dumps(tmp_path / "ckpt")
+
+
+def _text_data() -> TensorDict:
+    data = TensorDict({"obs": torch.arange(3.0), "nested": {"x": torch.ones(3)}}, [3])
+    data.set_non_tensor(("nested", "fen"), "8/8/8/8/8/8/8/8 w - - 0 1")
+    return data
+
+
+@pytest.mark.parametrize("storage_type", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_non_tensor_entry_names_key_and_where_it_can_go(storage_type: str, tmp_path) -> None:
+    from tdrl.data import replay_buffers
+
+    kwargs = {"scratch_dir": tmp_path} if storage_type == "LazyMemmapStorage" else {}
+    rb = ReplayBuffer(storage=getattr(replay_buffers, storage_type)(10, **kwargs))
+    with pytest.raises(TypeError, match=r"entry \('nested', 'fen'\) holds non-tensor data") as err:
+        rb.extend(_text_data())
+    assert "LazyStackStorage" in str(err.value)
+    assert len(rb) == 0
+    # the entry left out, the same data is stored
+    rb.extend(_text_data().exclude(("nested", "fen")))
+    assert len(rb) == 3
+
+
+def test_non_tensor_entry_in_a_later_write_leaves_the_buffer_unchanged() -> None:
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(_text_data().exclude(("nested", "fen")))
+    with pytest.raises(TypeError, match=r"entry \('nested', 'fen'\) holds non-tensor data"):
+        rb.extend(_text_data())
+    assert len(rb) == 3
+
+
+def test_non_tensor_entries_are_stored_by_a_lazy_stack_storage() -> None:
+    from tdrl.data.replay_buffers import LazyStackStorage
+
+    rb = ReplayBuffer(storage=LazyStackStorage(10))
+    rb.extend(_text_data())
+    assert rb[1]["nested", "fen"] == "8/8/8/8/8/8/8/8 w - - 0 1"

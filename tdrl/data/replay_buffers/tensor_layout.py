@@ -19,6 +19,8 @@ from torch.utils import _pytree
 from tdrl.data.replay_buffers.utils import (
     collect_leaves,
     keys_of,
+    non_tensor_error,
+    non_tensor_key,
     retyped,
     tensordict_plan,
     untyped,
@@ -221,6 +223,9 @@ class TensorLayout:
             data, tc_types = untyped(data)
         if isinstance(data, TensorDictBase):
             kind = "tensordict"
+            found = non_tensor_key(data)
+            if found is not None:
+                raise non_tensor_error(type(self).__name__, found, data.get(found))
             keys = [as_key_tuple(key) for key in data.keys(include_nested=True, leaves_only=True)]
             leaves = [data.get(key) for key in keys]
         elif isinstance(data, torch.Tensor):

@@ -28,6 +28,8 @@ __all__ = [
     "item_list",
     "keys_of",
     "leading_dim",
+    "non_tensor_error",
+    "non_tensor_key",
     "move_extend_dim",
     "retyped",
     "slice_data",
@@ -274,6 +276,9 @@ def collect_leaves(td: TensorDictBase, plan: list, prefix: tuple, out: list) -> 
     if (len(items) if items is not None else len(td.keys())) != len(plan):
         known = {key for key, _, _ in plan}
         extra = [key for key in td.keys() if key not in known]
+        value = td.get(extra[0])
+        if is_non_tensor(value):
+            raise non_tensor_error("a tensor storage", (*prefix, extra[0]), value)
         raise ValueError(
             f"data structure mismatch at key {(*prefix, extra[0])}: the storage has no such key "
             f"(stored keys at this level: {sorted(known)})"
@@ -325,6 +330,28 @@ def untyped(data: Any) -> tuple[TensorDictBase, dict[tuple, type] | None]:
     types: dict[tuple, type] = {}
     plain = _untyped(data, (), types)
     return (plain, types) if types else (data, None)
+
+
+def non_tensor_key(data: TensorDictBase, prefix: tuple = ()) -> tuple | None:
+    """The key of the first non-tensor entry of ``data`` (a string, any object), or None."""
+    for key, value in data.items():
+        if is_non_tensor(value):
+            return (*prefix, key)
+        if _is_node(value):
+            node = value if isinstance(value, TensorDictBase) else value._tensordict
+            found = non_tensor_key(node, (*prefix, key))
+            if found is not None:
+                return found
+    return None
+
+
+def non_tensor_error(owner: str, key: tuple, value: Any) -> TypeError:
+    """The error of a tensor storage given a non-tensor entry: where such data can go."""
+    return TypeError(
+        f"{owner} stores tensors only: entry {key} holds non-tensor data "
+        f"({type(value).__name__}); store such items in a ListStorage or LazyStackStorage, or "
+        "drop the entry before writing (e.g. data.exclude(key))"
+    )
 
 
 def _is_node(value: Any) -> bool:
