@@ -42,6 +42,9 @@ KNOWN_TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("bench_batched", "startup_ratio"): ("<=", 2.0),
     ("bench_slice", "slice_ratio"): ("<=", 5.0),
     ("bench_slice", "flat_ratio"): ("<=", 0.6),
+    ("bench_collectors", "ratio"): (">=", 1.6),
+    ("bench_ray_buffer", "extend_ratio"): ("<=", 3.0),
+    ("bench_ray_buffer", "sample_ratio"): ("<=", 3.0),
 }
 
 

@@ -162,3 +162,16 @@ def test_check_env_names_unknown_and_missing_backends(capsys):
     assert main(["check-env", "--lib", "dm_control", "cheetah"]) == 2
     err = capsys.readouterr().err
     assert "DOMAIN/TASK" in err and "Traceback" not in err
+
+
+def test_bench_applies_known_targets_with_their_direction(tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    (folder / "bench_collectors.py").write_text("print('{\"ratio\": 1.5}')\n")
+    (folder / "bench_ray_buffer.py").write_text(
+        'print(\'{"extend_ratio": 0.9, "sample_ratio": 3.5}\')\n'
+    )
+    lines = run_tdrl("bench", "--dir", str(folder)).stdout.splitlines()
+    assert "| bench_collectors | ratio | 1.500 | >= 1.6 | MISSED |" in lines
+    assert "| bench_ray_buffer | extend_ratio | 0.900 | <= 3 | ok |" in lines
+    assert "| bench_ray_buffer | sample_ratio | 3.500 | <= 3 | MISSED |" in lines
