@@ -135,6 +135,8 @@ class _MultiCollector(DataCollectorBase):
         self._finalizer: Any = None
         #: each worker's shared batch buffer, once it has sent it
         self._buffers: dict[int, TensorDictBase] = {}
+        #: workers asked for a batch that has not been received yet
+        self._pending: set[int] = set()
         self._start(
             [
                 (
@@ -258,6 +260,11 @@ class _MultiCollector(DataCollectorBase):
             "the collector was shut down"
         )
 
+    def _request_batch(self, worker: int) -> None:
+        """Ask ``worker`` for its next batch (received by :meth:`_receive_batch`)."""
+        self._send(worker, "collect")
+        self._pending.add(worker)
+
     def _receive_batch(self, worker: int, buffers: dict) -> tuple[TensorDictBase, bool]:
         """The batch a worker reports ready, and whether it is the worker's shared buffer.
 
@@ -265,6 +272,7 @@ class _MultiCollector(DataCollectorBase):
         for one.
         """
         value = self._reply(worker, "collect")
+        self._pending.discard(worker)
         if value is None:
             return buffers[worker], True
         if isinstance(value, TensorDict) and value.is_shared():
@@ -291,6 +299,7 @@ class _MultiCollector(DataCollectorBase):
 
         Worker ``i`` is seeded with the seed returned by worker ``i - 1``.
         """
+        self._sync_pending()
         for worker in range(self.num_workers):
             self._send(worker, "seed", (seed, static_seed))
             seed = self._reply(worker, "seed")
@@ -366,6 +375,9 @@ class _MultiCollector(DataCollectorBase):
         """
         self._iterator = None
         self.closed = True
+        pending = self.__dict__.get("_pending")
+        if pending:
+            pending.clear()
         finalizer = self.__dict__.get("_finalizer")
         if finalizer is not None:
             finalizer()
@@ -377,7 +389,15 @@ class _MultiCollector(DataCollectorBase):
             gc.collect()
 
     def _sync_pending(self) -> None:
-        """Wait for batches still being collected (the asynchronous collector has some)."""
+        """Wait for the batches still being collected, and drop them.
+
+        The asynchronous collector has some between iterations; the synchronous one only
+        when an iteration was interrupted while it waited (Ctrl-C): its workers then answer
+        an old request, which must not be taken for the answer to the next one.
+        """
+        for worker in sorted(self._pending):
+            self._receive_batch(worker, self._buffers)
+        self._pending.clear()
 
     def __repr__(self) -> str:
         total = "endless" if math.isinf(self.total_frames) else int(self.total_frames)
@@ -440,10 +460,13 @@ class MultiSyncDataCollector(_MultiCollector):
         return -(-self.frames_per_batch // self.num_workers)
 
     def _raw_batches(self) -> Iterator[TensorDictBase]:
+        # a collection starts when a batch is asked for: an interrupted iteration's
+        # requests are answered and dropped first
+        self._sync_pending()
         while self._frames < self.total_frames:
             self._iter += 1
             for worker in range(self.num_workers):
-                self._send(worker, "collect")
+                self._request_batch(worker)
             batches = [
                 self._receive_batch(worker, self._buffers)[0] for worker in range(self.num_workers)
             ]
@@ -502,22 +525,10 @@ class MultiaSyncDataCollector(_MultiCollector):
         >>> collector.shutdown()
     """
 
-    _pending: set[int]
-
-    def __init__(
-        self,
-        create_env_fn: Sequence[Callable[..., Any]],
-        policy: Policy | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._pending = set()
-        super().__init__(create_env_fn, policy, **kwargs)
-
     def _raw_batches(self) -> Iterator[TensorDictBase]:
         for worker in range(self.num_workers):
             if worker not in self._pending:
-                self._send(worker, "collect")
-                self._pending.add(worker)
+                self._request_batch(worker)
         while self._frames < self.total_frames:
             ready = wait([self._connections[w] for w in sorted(self._pending)], timeout=_POLL)
             if not ready:
@@ -526,25 +537,13 @@ class MultiaSyncDataCollector(_MultiCollector):
                         self._raise_dead(worker, "collect")
                 continue
             worker = self._connections.index(ready[0])
-            self._pending.discard(worker)
             data, shared = self._receive_batch(worker, self._buffers)
             data = self._renumber(data.clone() if shared else data, worker)
             self._iter += 1
             self._frames += data.numel()
             if self._frames < self.total_frames:
-                self._send(worker, "collect")
-                self._pending.add(worker)
+                self._request_batch(worker)
             yield data
-
-    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop every worker process; batches still being collected are dropped."""
-        super().shutdown(timeout, close_env)
-        self._pending.clear()
-
-    def _sync_pending(self) -> None:
-        for worker in sorted(self._pending):
-            self._receive_batch(worker, self._buffers)
-        self._pending.clear()
 
 
 class aSyncDataCollector(MultiaSyncDataCollector):  # noqa: N801 - the reference API's name

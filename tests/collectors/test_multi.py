@@ -381,3 +381,82 @@ def test_multisync_worker_killed_mid_batch_is_reported():
     assert collector.closed
     assert _all_dead(pids)
     assert _shm_files_of([os.getpid(), *pids]) == []
+
+
+class StepTally(CountingEnv):
+    """Counts its steps in a counter shared with the test; each step takes 20 ms."""
+
+    tally = None
+
+    def _step(self, tensordict):
+        time.sleep(0.02)
+        with self.tally.get_lock():
+            self.tally.value += 1
+        return super()._step(tensordict)
+
+
+def tally_env():
+    return StepTally(max_steps=1000)
+
+
+@pytest.fixture
+def tally(monkeypatch):
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("i", 0)
+    monkeypatch.setattr(StepTally, "tally", counter)
+    return counter
+
+
+def _interrupt_next(iterator, after: float) -> None:
+    """``next(iterator)`` interrupted by a real SIGINT to this process while it waits."""
+    timer = threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(iterator)
+    finally:
+        timer.join()
+
+
+@needs_proc
+def test_multisync_after_ctrl_c_collects_only_when_asked(tally):
+    collector = MultiSyncDataCollector(
+        [tally_env, tally_env], frames_per_batch=20, mp_start_method="fork"
+    )
+    try:
+        iterator = iter(collector)
+        next(iterator)
+        _interrupt_next(iterator, 0.05)  # both workers are mid-batch (10 steps of 20 ms)
+        # the interrupted request is answered and dropped: every batch is one asked for,
+        # and no worker steps between batches (the synchronous contract)
+        for _, data in zip(range(3), collector):
+            idle_from = tally.value
+            time.sleep(0.4)
+            assert tally.value == idle_from
+            counts = data["observation"][..., 0]
+            assert ((counts[:, 1:] - counts[:, :-1]) == 1).all()
+        # 1 batch, the interrupted one, then 3: each collected once
+        assert tally.value == 20 * 5
+        # commands after an interruption get their own answers
+        _interrupt_next(iter(collector), 0.05)
+        state = collector.state_dict()
+        assert set(state) >= {"worker0", "worker1"} and state["worker0"] is not None
+        assert collector.set_seed(3) != 3
+    finally:
+        collector.shutdown()
+
+
+@needs_proc
+def test_multiasync_after_ctrl_c_keeps_its_pending_batches(tally):
+    collector = MultiaSyncDataCollector(
+        [tally_env, tally_env], frames_per_batch=10, mp_start_method="fork"
+    )
+    try:
+        _interrupt_next(iter(collector), 0.05)
+        batches = [data for _, data in zip(range(4), collector)]
+        assert [data.shape for data in batches] == [torch.Size([10])] * 4
+        state = collector.state_dict()
+        assert state["worker0"] is not None and state["worker1"] is not None
+    finally:
+        collector.shutdown()
