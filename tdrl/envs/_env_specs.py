@@ -158,6 +158,13 @@ class EnvSpecs:
         if "_cache" not in self.__dict__:
             self._refresh()
 
+    def _complete_done_levels(self, output_spec: Composite) -> None:
+        """Complete the done levels of ``output_spec`` in place (see ``_refresh``)."""
+        done_spec, plan = complete_done_spec(output_spec["full_done_spec"])
+        if done_spec is not output_spec["full_done_spec"]:
+            output_spec["full_done_spec"] = done_spec
+            self.__dict__["_done_completions"] = plan
+
     def _refresh(self) -> None:
         """Recompute the cached keys and leaf specs; lock the specs if ``spec_locked``.
 
@@ -169,10 +176,7 @@ class EnvSpecs:
         out, inp = self._output_spec, self._input_spec
         out.unlock_()
         inp.unlock_()
-        done_spec, plan = complete_done_spec(out["full_done_spec"])
-        if done_spec is not out["full_done_spec"]:
-            out["full_done_spec"] = done_spec
-            self.__dict__["_done_completions"] = plan
+        self._complete_done_levels(out)
         completions = self.__dict__.get("_done_completions", [])
         cache = SpecCache()
         cache.action_keys = leaf_keys(inp["full_action_spec"])

@@ -191,11 +191,13 @@ class TransformedEnv(EnvBase):
         self.__dict__["_device"] = transform.transform_env_device(base.device)
         output_spec = transform.transform_output_spec(base.output_spec.clone())
         input_spec = transform.transform_input_spec(base.input_spec.clone())
-        done_spec, completions = complete_done_spec(output_spec["full_done_spec"])
-        output_spec["full_done_spec"] = done_spec
-        if set(done_spec.keys(True, True)) == set(base.done_keys):
-            # the base env already completes its done entries and no transform changed them
-            completions = []
+        completions = []
+        if not set(output_spec["full_done_spec"].keys(True, True)) <= set(base.done_keys):
+            # a transform added done entries: complete their levels. Entries a transform
+            # removed (ExcludeTransform("done"), SelectTransform(keep_dones=False)) stay
+            # removed; the base env completes its own.
+            done_spec, completions = complete_done_spec(output_spec["full_done_spec"])
+            output_spec["full_done_spec"] = done_spec
         self.__dict__["_done_completions"] = completions
         self.__dict__["_output_spec"] = output_spec
         self.__dict__["_input_spec"] = input_spec
@@ -205,6 +207,9 @@ class TransformedEnv(EnvBase):
         self.__dict__["_post_hooks"] = (*base._post_step_hooks(), *transform._post_step_hooks())
         self._refresh()
         self.__dict__["_reset_inputs"] = None
+
+    def _complete_done_levels(self, output_spec: Any) -> None:
+        """Nothing: :meth:`_compute_specs` completes only the done entries transforms add."""
 
     def _reset_input_keys(self) -> tuple:
         """The entries a reset passes on to the base env and the transforms, in a stable order.

@@ -119,6 +119,34 @@ def test_exclude_outputs(pendulum):
     assert list(ExcludeTransform("a")(td).keys()) == ["b"]
 
 
+@pytest.mark.parametrize(
+    "transform, done_keys",
+    [
+        (lambda: ExcludeTransform("done"), ["terminated", "truncated"]),
+        (lambda: SelectTransform("observation", "done", keep_dones=False), ["done"]),
+        (lambda: SelectTransform("observation", keep_dones=False), []),
+    ],
+    ids=["exclude-done", "select-done-only", "select-no-done"],
+)
+def test_done_entries_a_transform_removes_stay_removed(pendulum, transform, done_keys):
+    env = TransformedEnv(pendulum, transform())
+    assert sorted(env.done_keys) == done_keys
+    check_env_specs(env)
+    rollout = env.rollout(3)
+    for key in ("done", "terminated", "truncated"):
+        assert (key in rollout["next"].keys()) == (key in done_keys)
+        assert (key in rollout.keys()) == (key in done_keys)
+
+
+def test_done_entries_a_transform_adds_are_kept_with_the_base_ones():
+    env = TransformedEnv(CountingEnv(max_steps=10), StepCounter(max_steps=2))
+    assert sorted(env.done_keys) == ["done", "terminated", "truncated"]
+    check_env_specs(env)
+    rollout = env.rollout(5, break_when_any_done=True)
+    assert rollout["next", "truncated"].squeeze(-1).tolist() == [False, True]
+    assert rollout["next", "done"].squeeze(-1).tolist() == [False, True]
+
+
 def test_exclude_inverse_drops_inputs():
     seen = {}
     base = CountingEnv()
