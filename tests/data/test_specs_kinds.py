@@ -109,6 +109,25 @@ def test_unbounded_equals_a_bounded_spec_over_its_whole_dtype_range():
     assert unbounded != Bounded(0.0, 1.0, shape=(2,), dtype=torch.float16)
     int_range = Bounded(-(2**31), 2**31 - 1, shape=(2,), dtype=torch.int32)
     assert Unbounded((2,), dtype=torch.int32) == int_range
+    info = torch.finfo(torch.float16)
+    finite = Bounded(info.min, info.max, shape=(2,), dtype=torch.float16)
+    assert unbounded == finite and finite == unbounded
+
+
+def test_unbounded_space_holds_the_finite_extremes_of_its_dtype():
+    space = Unbounded((2,), dtype=torch.float32).space
+    assert space.low.tolist() == [torch.finfo(torch.float32).min] * 2
+    assert space.high.tolist() == [torch.finfo(torch.float32).max] * 2
+    assert Unbounded((), dtype=torch.int16).space.high.item() == torch.iinfo(torch.int16).max
+    # a Bounded spec built from that space is the Unbounded spec
+    bounded = Bounded(space.low, space.high, shape=(2,), dtype=torch.float32)
+    assert bounded == Unbounded((2,), dtype=torch.float32)
+    # the whole range is accepted back, finite or infinite; anything narrower is refused
+    unbounded = Unbounded((2,))
+    unbounded.space = space
+    unbounded.space = ContinuousBox(torch.full((2,), -float("inf")), torch.full((2,), float("inf")))
+    with pytest.raises(ValueError, match="use Bounded"):
+        unbounded.space = ContinuousBox(torch.zeros(2), torch.ones(2))
 
 
 def test_one_hot_equality_includes_use_register():

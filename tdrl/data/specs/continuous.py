@@ -46,6 +46,26 @@ def _dtype_limits(dtype: torch.dtype) -> tuple[float, float]:
     return info.min, info.max
 
 
+def _finite_limits(dtype: torch.dtype) -> tuple[float, float]:
+    """The smallest and largest finite values of ``dtype``."""
+    if dtype.is_floating_point or dtype.is_complex:
+        info = torch.finfo(dtype)
+        return info.min, info.max
+    return _dtype_limits(dtype)
+
+
+def _spans_dtype(low: torch.Tensor, high: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``[low, high]`` is the whole range of ``dtype`` everywhere.
+
+    For floats, ``-inf .. inf`` and the finite extremes both count as the whole range.
+    """
+    low_inf, high_inf = _dtype_limits(dtype)
+    low_fin, high_fin = _finite_limits(dtype)
+    return bool(((low == low_inf) | (low == low_fin)).all()) and bool(
+        ((high == high_inf) | (high == high_fin)).all()
+    )
+
+
 def _randint_like_range(
     low: torch.Tensor | float,
     high: torch.Tensor | float,
@@ -104,11 +124,12 @@ class Unbounded(TensorSpec):
 
     @property
     def space(self) -> ContinuousBox:
-        """The value range of the dtype (``-inf .. inf`` for floats).
+        """The value range of the dtype: its smallest and largest finite values.
 
-        It can be set to that same range only: a spec with other bounds is a :class:`Bounded`.
+        It can be set to that same range only (or, for floats, to ``-inf .. inf``): a spec
+        with other bounds is a :class:`Bounded`.
         """
-        low, high = _dtype_limits(self.dtype)
+        low, high = _finite_limits(self.dtype)
         shape = _safe_shape(self.shape)
         return ContinuousBox(
             torch.full(shape, low, dtype=self.dtype, device=self.device),
@@ -119,8 +140,7 @@ class Unbounded(TensorSpec):
     def space(self, box: ContinuousBox) -> None:
         if not isinstance(box, ContinuousBox):
             raise TypeError(f"Unbounded.space: expected a ContinuousBox, got {type(box).__name__}")
-        low, high = _dtype_limits(self.dtype)
-        if not (bool((box.low == low).all()) and bool((box.high == high).all())):
+        if not _spans_dtype(torch.as_tensor(box.low), torch.as_tensor(box.high), self.dtype):
             raise ValueError(
                 f"Unbounded.space: an Unbounded spec spans the whole range of {self.dtype}; "
                 "use Bounded(low, high, ...) for other bounds"
@@ -419,14 +439,12 @@ class Bounded(TensorSpec):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Unbounded):
             # an Unbounded spec is the Bounded spec spanning its dtype's whole range
-            low, high = _dtype_limits(self.dtype)
             return (
                 self.shape == other.shape
                 and self.dtype == other.dtype
                 and self.device == other.device
                 and self.domain == other.domain
-                and bool((self.low == low).all())
-                and bool((self.high == high).all())
+                and _spans_dtype(self.low, self.high, self.dtype)
             )
         return super().__eq__(other)
 
