@@ -51,7 +51,7 @@ class EnvRollouts:
         The rewards are left out; actions, done flags and the other root entries
         are kept (see :func:`~tdrl.envs.utils.step_mdp` for the other choices).
         """
-        return merge_next(tensordict, self._cache.mdp_excluded, True)
+        return merge_next(tensordict, self._cache.mdp_excluded, True, keep_empty=True)
 
     def _post_step_hooks(self) -> tuple:
         """Callables ``hook(tensordict, next_input)`` the step loops run after ``step_mdp``.

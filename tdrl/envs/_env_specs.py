@@ -16,7 +16,14 @@ import torch
 
 from tdrl.data import Composite
 from tdrl.envs._done import complete_done_spec
-from tdrl.envs._keys import SpecCache, done_flag_key, group_done_keys, leaf_keys, reset_key_for
+from tdrl.envs._keys import (
+    SpecCache,
+    done_flag_key,
+    empty_levels,
+    group_done_keys,
+    leaf_keys,
+    reset_key_for,
+)
 from tdrl.envs._step_mdp import excluded_set
 
 __all__ = ["EnvSpecs"]
@@ -197,7 +204,9 @@ class EnvSpecs:
         ]
         # reward entries that are also state (e.g. running sums) travel to the next step
         state_keys = set(cache.state_keys)
-        cache.mdp_excluded = excluded_set([k for k in cache.reward_keys if k not in state_keys])
+        # (a placeholder Composite of the reward spec goes with the reward entries)
+        rewards = [*cache.reward_keys, *empty_levels(out["full_reward_spec"])]
+        cache.mdp_excluded = excluded_set([k for k in rewards if k not in state_keys])
         cache.action_leaf = _leaf_or_composite(inp["full_action_spec"], cache.action_keys)
         cache.reward_leaf = _leaf_or_composite(out["full_reward_spec"], cache.reward_keys)
         cache.done_leaf = _leaf_or_composite(out["full_done_spec"], cache.done_keys)

@@ -32,6 +32,15 @@ def leaf_keys(spec: Any) -> list:
     return [unravel_key(k) for k in spec.keys(include_nested=True, leaves_only=True)]
 
 
+def empty_levels(spec: Any) -> list:
+    """Keys of the nested Composites of ``spec`` that hold no entry (placeholders)."""
+    found = []
+    for key, value in spec.items(include_nested=True):
+        if hasattr(value, "keys") and not list(value.keys()):
+            found.append(unravel_key(key))
+    return found
+
+
 def key_repr(key: Any) -> str:
     """A readable form of a key for error messages."""
     return repr(key)

@@ -50,7 +50,9 @@ def mdp_plan(
     return excluded, kept_root
 
 
-def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> TensorDictBase:
+def _fresh(
+    td: TensorDictBase, prefix: tuple, excluded: dict, device: Any, keep_empty: bool
+) -> TensorDictBase:
     names = excluded.get(prefix, _EMPTY)
     source = {}
     for key, value in td.items():
@@ -58,7 +60,7 @@ def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> Te
             continue
         kind = type(value)
         if kind is TensorDict or kind is LazyStackedTensorDict:
-            value = _fresh_nested(value, (*prefix, key), excluded, device)
+            value = _fresh_nested(value, (*prefix, key), excluded, device, keep_empty)
             if value is None:
                 continue
         source[key] = value
@@ -66,16 +68,31 @@ def _fresh(td: TensorDictBase, prefix: tuple, excluded: dict, device: Any) -> Te
 
 
 def _fresh_nested(
-    value: TensorDictBase, prefix: tuple, excluded: dict, device: Any
+    value: TensorDictBase, prefix: tuple, excluded: dict, device: Any, keep_empty: bool
 ) -> TensorDictBase | None:
-    """A fresh copy of a nested level (a lazy stack element-wise), None when left empty."""
+    """A fresh copy of a nested level (a lazy stack element-wise), None when left empty.
+
+    With ``keep_empty``, a level that was empty to begin with (an empty Composite of the
+    specs) is kept; only the levels the exclusions emptied are dropped.
+    """
     if type(value) is LazyStackedTensorDict:
-        parts = [_fresh(part, prefix, excluded, device) for part in value.tensordicts]
-        if not any(part._tensordict for part in parts):
+        parts = [_fresh(part, prefix, excluded, device, keep_empty) for part in value.tensordicts]
+        if not any(part._tensordict for part in parts) and not (
+            keep_empty and not _has_entries(value)
+        ):
             return None
         return LazyStackedTensorDict.lazy_stack(parts, value.stack_dim)
-    value = _fresh(value, prefix, excluded, device)
-    return value if value._tensordict else None
+    fresh = _fresh(value, prefix, excluded, device, keep_empty)
+    if fresh._tensordict or (keep_empty and not value._tensordict):
+        return fresh
+    return None
+
+
+def _has_entries(value: TensorDictBase) -> bool:
+    """Whether a level holds any entry (in any element of a lazy stack)."""
+    if type(value) is LazyStackedTensorDict:
+        return any(_has_entries(part) for part in value.tensordicts)
+    return bool(value._tensordict)
 
 
 def keep_preset_entries(preset: Any, next_tensordict: TensorDictBase) -> None:
@@ -133,6 +150,7 @@ def _merge(
     excluded: dict,
     batch_size: Any,
     device: Any,
+    keep_empty: bool,
 ) -> TensorDictBase:
     names = excluded.get(prefix, _EMPTY)
     if root is not None:
@@ -152,27 +170,31 @@ def _merge(
         kind = type(value)
         if kind is TensorDict:
             previous = source.get(key)
-            value = _merge(
+            merged = _merge(
                 previous if type(previous) is TensorDict else None,
                 value,
                 (*prefix, key),
                 excluded,
                 value.batch_size,
                 device,
+                keep_empty,
             )
-            if not value._tensordict:
+            if not merged._tensordict and not (keep_empty and not value._tensordict):
                 # nothing left in the group (e.g. only a per-group reward): drop it
                 source.pop(key, None)
                 continue
+            value = merged
         elif kind is LazyStackedTensorDict:
-            value = _merge_stack(source.get(key), value, (*prefix, key), excluded, device)
+            value = _merge_stack(
+                source.get(key), value, (*prefix, key), excluded, device, keep_empty
+            )
             if value is None:
                 source.pop(key, None)
                 continue
         source[key] = value
     for key in root_tds:
         if key not in next_entries:
-            fresh = _fresh_nested(source[key], (*prefix, key), excluded, device)
+            fresh = _fresh_nested(source[key], (*prefix, key), excluded, device, keep_empty)
             if fresh is not None:
                 source[key] = fresh
             else:
@@ -181,7 +203,12 @@ def _merge(
 
 
 def _merge_stack(
-    previous: Any, nxt: LazyStackedTensorDict, prefix: tuple, excluded: dict, device: Any
+    previous: Any,
+    nxt: LazyStackedTensorDict,
+    prefix: tuple,
+    excluded: dict,
+    device: Any,
+    keep_empty: bool,
 ) -> LazyStackedTensorDict | None:
     """Merge a lazily stacked level element by element (elements may hold different keys)."""
     parts = nxt.tensordicts
@@ -197,10 +224,10 @@ def _merge_stack(
     else:
         roots = [None] * len(parts)
     merged = [
-        _merge(root, part, prefix, excluded, part.batch_size, device)
+        _merge(root, part, prefix, excluded, part.batch_size, device, keep_empty)
         for root, part in zip(roots, parts)
     ]
-    if not any(part._tensordict for part in merged):
+    if not any(part._tensordict for part in merged) and not (keep_empty and not _has_entries(nxt)):
         return None
     return LazyStackedTensorDict.lazy_stack(merged, dim)
 
@@ -233,13 +260,15 @@ def merge_next(
     excluded: dict,
     keep_other: bool,
     kept_root: tuple = (),
+    keep_empty: bool = False,
 ) -> TensorDictBase:
     """Return a new tensordict holding ``tensordict["next"]`` merged over the root.
 
     Every nesting level gets a fresh container, so later in-place updates of the
     result never leak into ``tensordict``; nested levels left without entries are
-    dropped. ``kept_root`` lists root keys kept
-    even when ``keep_other`` is False (the action when it is not excluded).
+    dropped, except, with ``keep_empty``, those that held none to begin with (an env's
+    empty Composite specs, which its steps carry over). ``kept_root`` lists root keys
+    kept even when ``keep_other`` is False (the action when it is not excluded).
     """
     if keep_other and type(tensordict) is TensorDict:
         flat = _merge_flat(tensordict, excluded)
@@ -248,7 +277,10 @@ def merge_next(
     if type(tensordict) is LazyStackedTensorDict:
         # sub-envs with different shapes: merge each stacked element on its own
         return LazyStackedTensorDict.lazy_stack(
-            [merge_next(td, excluded, keep_other, kept_root) for td in tensordict.tensordicts],
+            [
+                merge_next(td, excluded, keep_other, kept_root, keep_empty)
+                for td in tensordict.tensordicts
+            ],
             tensordict.stack_dim,
         )
     nxt = fast_get(tensordict, "next")
@@ -260,4 +292,4 @@ def merge_next(
         root = tensordict.select(*kept_root, strict=False)
     else:
         root = None
-    return _merge(root, nxt, (), excluded, tensordict.batch_size, tensordict.device)
+    return _merge(root, nxt, (), excluded, tensordict.batch_size, tensordict.device, keep_empty)

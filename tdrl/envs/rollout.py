@@ -395,15 +395,15 @@ def _loop(
                 if hooks:
                     _run_hooks(hooks, tensordict, None)
                 break
-            next_input = merge_next(tensordict, excluded, True)
+            next_input = merge_next(tensordict, excluded, True, keep_empty=True)
         elif all_done:
-            next_input = merge_next(tensordict, excluded, True)
+            next_input = merge_next(tensordict, excluded, True, keep_empty=True)
             if bool(_finished(env, next_input).all()):
                 if hooks:
                     _run_hooks(hooks, tensordict, None)
                 break
         else:
-            next_input = maybe_reset(env, merge_next(tensordict, excluded, True))
+            next_input = maybe_reset(env, merge_next(tensordict, excluded, True, keep_empty=True))
         if hooks:
             _run_hooks(hooks, tensordict, next_input)
         tensordict = next_input

@@ -577,7 +577,7 @@ class BatchedEnvBase(EnvBase):
             nxt = self._read("next", step_replies, workers)
         preset = fast_get(tensordict, "next")
         attach_next(tensordict, self._finish_step(tensordict, nxt), preset)
-        tensordict_ = merge_next(tensordict, self._cache.mdp_excluded, True)
+        tensordict_ = merge_next(tensordict, self._cache.mdp_excluded, True, keep_empty=True)
         if resets:
             self._merge_resets(tensordict_, resets)
         return tensordict, tensordict_
