@@ -361,6 +361,15 @@ def test_marl_group_map_and_check():
         check_marl_grouping({"a": ["a_0", "a_1"]}, names)
 
 
+@pytest.mark.parametrize("group_type", list(MarlGroupMapType))
+def test_check_marl_grouping_refuses_repeated_or_no_agent_names(group_type):
+    check_marl_grouping(group_type.get_group_map(["walker"]), ["walker"])
+    with pytest.raises(ValueError, match=r"expected unique names, got \['walker'\]"):
+        check_marl_grouping(group_type.get_group_map(["walker", "walker"]), ["walker", "walker"])
+    with pytest.raises(ValueError, match="expected at least one agent, got none"):
+        check_marl_grouping(group_type.get_group_map([]), [])
+
+
 # ------------------------------------------------- non-tensor entries and masks
 class _TextEnv(EnvBase):
     """Writes a string observation next to a tensor one."""
