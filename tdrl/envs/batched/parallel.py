@@ -24,7 +24,7 @@ __all__ = ["ParallelEnv"]
 
 #: How often (seconds) a waiting parent checks that silent workers are still alive.
 _LIVENESS_PERIOD = 1.0
-#: How long close() waits for workers to exit before terminating them.
+#: How long close() waits for workers to exit before terminating them (by default).
 _CLOSE_TIMEOUT = 1.0
 
 _OK_REPLY = ("ok", None)
@@ -40,15 +40,15 @@ WORKER_STUCK = (
 )
 
 
-def _check_timeout(timeout: Any) -> float | None:
+def _check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(
-            f"timeout: expected a number of seconds or None, got {type(timeout).__name__}"
+            f"{name}: expected a number of seconds or None, got {type(timeout).__name__}"
         )
     if not timeout > 0:
-        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        raise ValueError(f"{name}: expected a positive number of seconds, got {timeout!r}")
     return float(timeout)
 
 
@@ -64,14 +64,17 @@ def _exit_description(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def _stop_workers(processes: list, connections: list) -> None:
-    """Ask the workers to close, then terminate those that linger (used by close and at exit)."""
+def _stop_workers(processes: list, connections: list, timeout: float = _CLOSE_TIMEOUT) -> None:
+    """Ask the workers to close; terminate those still running ``timeout`` seconds later.
+
+    Used by close and at exit.
+    """
     for conn in connections:
         try:
             conn.send_bytes(_worker.CLOSE)
         except (OSError, ValueError):
             pass
-    deadline = time.monotonic() + _CLOSE_TIMEOUT
+    deadline = time.monotonic() + timeout
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
     for process in processes:
@@ -117,6 +120,8 @@ class ParallelEnv(BatchedEnvBase):
     workers unless ``tdrl.filter_warnings_subprocess`` is False. ``timeout`` (seconds,
     default None: no limit) bounds how long a command waits for a worker (see
     :attr:`timeout`); workers exit when the parent process dies, even inside env code.
+    :meth:`close` asks the workers to close their envs and stops those still running
+    after ``shutdown_timeout`` seconds (default 1).
     With ``metadata_from_workers=True`` no env is built in this process: the workers
     start at construction and the specs are read from their envs (see
     :attr:`metadata_from_workers`).
@@ -133,7 +138,12 @@ class ParallelEnv(BatchedEnvBase):
     def __new__(cls, num_workers: int = 1, *args: Any, **kwargs: Any) -> Any:
         """Build a SerialEnv instead when ``serial_for_single`` and one worker."""
         if num_workers == 1 and kwargs.get("serial_for_single", False):
-            parallel_only = ("mp_start_method", "timeout", "metadata_from_workers")
+            parallel_only = (
+                "mp_start_method",
+                "timeout",
+                "metadata_from_workers",
+                "shutdown_timeout",
+            )
             kwargs = {k: v for k, v in kwargs.items() if k not in parallel_only}
             return SerialEnv(num_workers, *args, **kwargs)
         return super().__new__(cls)
@@ -144,11 +154,15 @@ class ParallelEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         timeout: float | None = None,
         metadata_from_workers: bool = False,
+        shutdown_timeout: float = _CLOSE_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         state = self.__dict__
         state["_mp_start_method"] = _start.validate_start_method(mp_start_method)
         state["_timeout"] = _check_timeout(timeout)
+        if shutdown_timeout is None:
+            raise TypeError("shutdown_timeout: expected a number of seconds, got None")
+        state["_shutdown_timeout"] = _check_timeout(shutdown_timeout, "shutdown_timeout")
         state["_processes"], state["_connections"] = [], []
         state["_broken"], state["_finalizer"] = None, None
         state["_early_options"] = None
@@ -244,7 +258,9 @@ class ParallelEnv(BatchedEnvBase):
         processes: list = []
         connections: list = []
         state["_processes"], state["_connections"] = processes, connections
-        state["_finalizer"] = weakref.finalize(self, _stop_workers, processes, connections)
+        state["_finalizer"] = weakref.finalize(
+            self, _stop_workers, processes, connections, self._shutdown_timeout
+        )
         try:
             with _start.global_start_method_preserved():
                 self._launch(context, options, fns, kwargs, expected, processes, connections)

@@ -259,3 +259,17 @@ class MarkedEnv(SizedEnv):
         with open(os.path.join(self.folder, f"closed-{self.index}-{os.getpid()}"), "w"):
             pass
         super().close(raise_if_closed=raise_if_closed)
+
+
+class SlowCloseEnv(SizedEnv):
+    """A SizedEnv whose ``close`` takes ``delay`` seconds."""
+
+    def __init__(self, delay: float = 10.0):
+        super().__init__()
+        self.delay = delay
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        import time
+
+        time.sleep(self.delay)
+        super().close(raise_if_closed=raise_if_closed)
