@@ -165,12 +165,12 @@ class ParallelEnv(BatchedEnvBase):
         state["_shutdown_timeout"] = _check_timeout(shutdown_timeout, "shutdown_timeout")
         state["_processes"], state["_connections"] = [], []
         state["_broken"], state["_finalizer"] = None, None
-        state["_early_options"] = None
-        state["_metadata_from_workers"] = metadata_from_workers
         if not isinstance(metadata_from_workers, bool):
             raise TypeError(
                 f"metadata_from_workers: expected a bool, got {type(metadata_from_workers).__name__}"
             )
+        state["_metadata_from_workers"] = metadata_from_workers
+        state["_early_options"] = None
         if metadata_from_workers:
             if kwargs.get("use_buffers"):
                 raise BatchedEnvError(
