@@ -80,6 +80,7 @@ class EnvRollouts:
         out: TensorDictBase | None = None,
         actions: Iterable | None = None,
         storing_device: Any = None,
+        set_state: bool | None = None,
     ) -> TensorDictBase:
         """Run up to ``max_steps`` steps and stack them along a trailing ``"time"`` dim.
 
@@ -118,6 +119,8 @@ class EnvRollouts:
                 action key) or tensordicts. A sized iterable caps ``max_steps`` to its
                 length; the rollout also ends when the iterable runs out.
             storing_device: the device of the returned data (default: the env's).
+            set_state: passed to the initial :meth:`reset` (True: reset to the state
+                ``tensordict`` holds; see ``reset``). Needs ``auto_reset``.
         """
         return _rollout.rollout(
             self,
@@ -134,6 +137,7 @@ class EnvRollouts:
             out=out,
             actions=actions,
             storing_device=storing_device,
+            set_state=set_state,
         )
 
     def _random_rollout(

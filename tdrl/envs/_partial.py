@@ -18,6 +18,7 @@ from tensordict import (
     TensorDictBase,
     is_non_tensor,
     is_tensor_collection,
+    is_tensorclass,
 )
 
 from tdrl.envs._keys import as_tuple
@@ -279,14 +280,37 @@ def merge_non_tensor(value: Any, previous: Any, mask: torch.Tensor) -> Any:
 def fill_from_input(
     tensordict: TensorDictBase, keys_and_specs: list, batch_size: torch.Size, spec_batch_ndim: int
 ) -> TensorDictBase:
-    """Build a 'next' tensordict from the input's values, or zeros from the specs."""
+    """Build a 'next' tensordict from the input's values, or zeros from the specs.
+
+    An input entry held as a tensorclass (a Composite spec with a ``data_cls``) is
+    carried over whole, so the output holds the same class as a stepped element does.
+    """
     out = TensorDict({}, batch_size=batch_size, device=tensordict.device)
+    carried: set[tuple] = set()
     for key, spec in keys_and_specs:
+        if isinstance(key, tuple) and len(key) > 1:
+            holder = _tensorclass_holder(tensordict, key)
+            if holder is not None:
+                if holder[0] not in carried:
+                    carried.add(holder[0])
+                    out.set(holder[0], holder[1])
+                continue
         value = tensordict.get(key, None)
         if value is None:
             value = spec.zero(batch_size) if spec_batch_ndim == 0 else spec.zero()
         out.set(key, value)
     return out
+
+
+def _tensorclass_holder(tensordict: TensorDictBase, key: tuple) -> tuple | None:
+    """The ``(prefix, value)`` of the first tensorclass on the path to ``key``, if any."""
+    for end in range(1, len(key)):
+        value = tensordict.get(key[:end], None)
+        if value is None:
+            return None
+        if is_tensorclass(value):
+            return key[:end], value
+    return None
 
 
 def merge_partial_step(

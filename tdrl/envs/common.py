@@ -41,6 +41,12 @@ UNLOCKED_BATCH_MISMATCH = (
 )
 
 
+SELECT_RESET_ONLY_WITH_STATE = (
+    "reset(select_reset_only=True, set_state=True): select_reset_only hands _reset only "
+    "the '_reset' entries of the input, so there is no state to restore; drop one of them"
+)
+
+
 class BatchSizeError(ValueError, RuntimeError):
     """A tensordict whose batch size does not fit a batch-locked env.
 
@@ -361,6 +367,11 @@ class EnvBase(EnvSpecs, EnvKeys, EnvRollouts, nn.Module):
         a shallower level overrides nested ones; a level without ``"_reset"`` is
         fully reset. The input is updated in place and returned, without the
         ``"_reset"`` entries.
+
+        Keyword arguments go to ``_reset``, except ``select_reset_only=True``, which
+        hands ``_reset`` only the input's ``"_reset"`` entries (it then sees no state,
+        so ``set_state=True`` with it is refused), and ``set_state`` (see
+        :attr:`supports_set_state`).
         """
         cache = self._cache
         masks = None
@@ -371,7 +382,13 @@ class EnvBase(EnvSpecs, EnvKeys, EnvRollouts, nn.Module):
                 # every level has a "_reset" and none is set: nothing to reset
                 _partial.remove_reset_keys(tensordict, cache.reset_keys)
                 return tensordict
+        reset_input = tensordict
         if kwargs:
+            if kwargs.pop("select_reset_only", False):
+                if kwargs.get("set_state"):
+                    raise ValueError(SELECT_RESET_ONLY_WITH_STATE)
+                if tensordict is not None:
+                    reset_input = tensordict.select(*cache.reset_keys, strict=False)
             kwargs = reset_kwargs(self, kwargs)
         handler = self._auto_reset_handler
         if handler is not None and masks and handler.has_stash():
@@ -379,7 +396,7 @@ class EnvBase(EnvSpecs, EnvKeys, EnvRollouts, nn.Module):
                 self.full_done_spec.zero(self._rand_shape(tensordict))
             )
         else:
-            tensordict_reset = self._reset(tensordict, **kwargs)
+            tensordict_reset = self._reset(reset_input, **kwargs)
             if not isinstance(tensordict_reset, TensorDictBase):
                 raise TypeError(
                     f"{type(self).__name__}._reset must return a TensorDictBase, "

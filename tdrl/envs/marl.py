@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from enum import Enum
 
@@ -35,6 +36,8 @@ class MarlGroupMapType(Enum):
 def check_marl_grouping(group_map: dict[str, list[str]], agent_names: Sequence[str]) -> None:
     """Check that ``group_map`` assigns every agent to exactly one non-empty group.
 
+    ``agent_names`` must be non-empty and hold each name once.
+
     Raises:
         ValueError: naming the empty group, the duplicated agent or the agents
             that are missing or unknown.
@@ -46,6 +49,11 @@ def check_marl_grouping(group_map: dict[str, list[str]], agent_names: Sequence[s
         ...
         ValueError: group map does not cover every agent: missing ['b'], unknown []
     """
+    if not agent_names:
+        raise ValueError("agent_names: expected at least one agent, got none")
+    duplicated = sorted(name for name, count in Counter(agent_names).items() if count > 1)
+    if duplicated:
+        raise ValueError(f"agent_names: expected unique names, got {duplicated} more than once")
     seen: set[str] = set()
     for group, agents in group_map.items():
         if not agents:

@@ -194,6 +194,7 @@ def rollout(
     out: TensorDictBase | None = None,
     actions: Iterable | None = None,
     storing_device: Any = None,
+    set_state: bool | None = None,
 ) -> TensorDictBase:
     """Run ``env`` for up to ``max_steps`` steps; see :meth:`EnvBase.rollout`."""
     if max_steps < 1:
@@ -212,7 +213,18 @@ def rollout(
                 raise ValueError("rollout actions: expected at least one action, got none")
             max_steps = min(max_steps, len(actions))
         policy = action_feeder(env, actions)
-    if policy is None and callback is None and auto_reset and tensordict is None:
+    if set_state is not None and not auto_reset:
+        raise ValueError(
+            "rollout(set_state=...) applies to the initial reset; with auto_reset=False "
+            "there is none (reset the env to its state before the rollout)"
+        )
+    if (
+        policy is None
+        and callback is None
+        and auto_reset
+        and tensordict is None
+        and set_state is None
+    ):
         if return_contiguous and out is None and not all_done:
             # the env may run random-action rollouts on a cheaper path with the same data
             with _gc_paused():
@@ -220,7 +232,10 @@ def rollout(
             if result is not None:
                 return result
     if auto_reset:
-        tensordict = env.reset(tensordict)
+        if set_state is None:
+            tensordict = env.reset(tensordict)
+        else:
+            tensordict = env.reset(tensordict, set_state=set_state)
     elif tensordict is None:
         raise ValueError("rollout(auto_reset=False) needs an initial tensordict")
     elif not all_done:

@@ -203,6 +203,26 @@ def get_available_libraries() -> dict[str, bool]:
 CHECK_FAIL = "check_env_specs: {what} at key {key!r}: {detail}"
 
 
+class SpecDtypeError(AssertionError, TypeError):
+    """Raised by :func:`check_env_specs` when an entry's dtype is not its spec's.
+
+    An ``AssertionError`` like every other disagreement it reports; also a
+    ``TypeError`` (a value of the wrong type), which other implementations of this
+    check raise for dtypes.
+
+    Examples:
+        >>> import torch
+        >>> from tdrl.envs import PendulumEnv
+        >>> env = PendulumEnv()
+        >>> env.reward_spec = env.reward_spec.clone().to(torch.float64)
+        >>> try:
+        ...     check_env_specs(env)
+        ... except TypeError as err:
+        ...     print(err)
+        check_env_specs: dtype mismatch at key ('next', 'reward'): expected reward.dtype to be torch.float64 (the spec's), got torch.float32
+    """
+
+
 def _expected_entries(env: EnvBase) -> dict:
     """Spec of every entry of a rollout step, keyed by full key (next entries under 'next')."""
     entries: dict = {}
@@ -253,7 +273,8 @@ def check_env_specs(
         break_when_any_done: forwarded to the rollout (``"both"`` runs both ways).
 
     Raises:
-        AssertionError: naming the first key that disagrees and how.
+        AssertionError: naming the first key that disagrees and how (a dtype
+            disagreement raises :class:`SpecDtypeError`, also a ``TypeError``).
 
     Examples:
         >>> from tdrl.envs import PendulumEnv
@@ -360,6 +381,14 @@ def _check_value(
     mismatch = spec_mismatch(spec, value, data.batch_size, env_ndim, check_dtype)
     if mismatch is not None:
         what, expected, got = mismatch
+        if what == "dtype":
+            raise SpecDtypeError(
+                CHECK_FAIL.format(
+                    what="dtype mismatch",
+                    key=from_tuple(key),
+                    detail=f"expected {key[-1]}.dtype to be {expected} (the spec's), got {got}",
+                )
+            )
         raise AssertionError(
             CHECK_FAIL.format(
                 what=f"{what} mismatch",

@@ -55,3 +55,38 @@ def test_batched_envs_forward_set_state_to_their_workers(cls):
         assert not env.supports_set_state
         with pytest.raises(NotImplementedError, match="set_state"):
             env.reset(env.reset(), set_state=True)
+
+
+def test_rollout_passes_set_state_to_its_first_reset():
+    env = PendulumEnv(seed=0)
+    rollout = env.rollout(3, tensordict=_state(()), set_state=True)
+    assert rollout["th"][0].item() == 0.25 and rollout["thdot"][0].item() == -0.5
+    fresh = env.rollout(3, tensordict=_state(()), set_state=False)
+    assert fresh["th"][0].item() != 0.25
+    with pytest.raises(ValueError, match="set_state.*auto_reset=False"):
+        env.rollout(3, tensordict=env.reset(), auto_reset=False, set_state=True)
+    with pytest.raises(NotImplementedError, match="set_state"):
+        CountingEnv().rollout(3, tensordict=TensorDict(), set_state=True)
+
+
+class _RecordingEnv(CountingEnv):
+    """Keeps the keys of the tensordict its _reset received."""
+
+    _supports_set_state = True
+
+    def _reset(self, tensordict=None, **kwargs):
+        self.seen = None if tensordict is None else sorted(tensordict.keys())
+        return super()._reset(tensordict)
+
+
+def test_select_reset_only_hands_reset_the_masks_alone():
+    env = _RecordingEnv(batch_size=(2,))
+    data = env.reset()
+    data["_reset"] = torch.tensor([[True], [False]])
+    env.reset(data.clone())
+    assert env.seen == ["_reset", "done", "observation", "terminated"]
+    out = env.reset(data.clone(), select_reset_only=True)
+    assert env.seen == ["_reset"]
+    assert "_reset" not in out.keys()
+    with pytest.raises(ValueError, match="select_reset_only=True, set_state=True"):
+        env.reset(data.clone(), select_reset_only=True, set_state=True)

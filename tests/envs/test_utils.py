@@ -288,7 +288,18 @@ def test_check_env_specs_dtype_and_domain():
 
     with pytest.raises(AssertionError, match=r"dtype mismatch at key \('next', 'reward'\)"):
         check_env_specs(WrongDtype())
+    with pytest.raises(
+        TypeError,
+        match=r"expected reward.dtype to be torch.float32 \(the spec's\), got torch.float64",
+    ):
+        check_env_specs(WrongDtype())
     check_env_specs(WrongDtype(), check_dtype=False)
+
+    done_as_int = CountingEnv()
+    done_as_int.output_spec.unlock_(recurse=True)
+    done_as_int.output_spec["full_done_spec", "done"].dtype = torch.int32
+    with pytest.raises(TypeError, match=r"expected done.dtype to be torch.int32.*got torch.bool"):
+        check_env_specs(done_as_int)
 
     class OutOfDomain(CountingEnv):
         def __init__(self):
@@ -348,6 +359,15 @@ def test_marl_group_map_and_check():
         check_marl_grouping({"x": []}, names)
     with pytest.raises(ValueError, match=r"missing \['b_0'\]"):
         check_marl_grouping({"a": ["a_0", "a_1"]}, names)
+
+
+@pytest.mark.parametrize("group_type", list(MarlGroupMapType))
+def test_check_marl_grouping_refuses_repeated_or_no_agent_names(group_type):
+    check_marl_grouping(group_type.get_group_map(["walker"]), ["walker"])
+    with pytest.raises(ValueError, match=r"expected unique names, got \['walker'\]"):
+        check_marl_grouping(group_type.get_group_map(["walker", "walker"]), ["walker", "walker"])
+    with pytest.raises(ValueError, match="expected at least one agent, got none"):
+        check_marl_grouping(group_type.get_group_map([]), [])
 
 
 # ------------------------------------------------- non-tensor entries and masks

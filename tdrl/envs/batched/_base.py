@@ -43,10 +43,31 @@ DYNAMIC_WARNING = (
 )
 
 
+class BatchedEnvError(ValueError, RuntimeError):
+    """Arguments or sub-envs of a batched env that do not fit together.
+
+    For instance a per-worker list whose length is not the number of workers.
+
+    A ``ValueError`` (a bad input); also a ``RuntimeError``, which is what other
+    implementations of this API raise for it, so code catching either still works.
+
+    Examples:
+        >>> from tdrl.envs import SerialEnv, PendulumEnv
+        >>> try:
+        ...     SerialEnv(3, [PendulumEnv, PendulumEnv])
+        ... except RuntimeError as err:
+        ...     print(err)
+        len(create_env_fn) and num_workers mismatch: expected one entry per worker (3), got 2
+    """
+
+
 def _as_list(value: Any, count: int, name: str, kind: type | tuple) -> list:
     if isinstance(value, (list, tuple)):
         if len(value) != count:
-            raise ValueError(f"{name}: expected one entry per worker ({count}), got {len(value)}")
+            raise BatchedEnvError(
+                f"len({name}) and num_workers mismatch: expected one entry per worker "
+                f"({count}), got {len(value)}"
+            )
         items = list(value)
     else:
         items = [value] * count
@@ -264,7 +285,7 @@ class BatchedEnvBase(EnvBase):
         The new arguments are used the next time the sub-envs are built (after
         :meth:`close`, or at the first :meth:`start`).
         """
-        updates = _as_list(kwargs, self.num_workers, "update_kwargs", dict)
+        updates = _as_list(kwargs, self.num_workers, "kwargs", dict)
         for current, update in zip(self.create_env_kwargs, updates):
             current.update(update)
 

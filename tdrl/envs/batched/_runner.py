@@ -17,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from tdrl.data import Composite
 from tdrl.envs._keys import leaf_keys
 from tdrl.envs.batched import _shared
+from tdrl.envs.metadata import EnvMetaData
 
 _NESTED = (TensorDict, LazyStackedTensorDict)
 
@@ -325,6 +326,10 @@ class EnvRunner:
             return operator.attrgetter(name)(self.env)(*args, **kwargs)
         finally:
             self._plan_fast_paths()
+
+    def metadata(self) -> EnvMetaData:
+        """The :class:`EnvMetaData` of the live env (specs, example data, batch size)."""
+        return EnvMetaData.metadata_from_env(self.env)
 
     def close(self) -> None:
         """Close the env."""

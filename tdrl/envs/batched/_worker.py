@@ -159,6 +159,8 @@ def worker_main(
                 result = runner.set_attribute(payload)
             elif command == "call":
                 result = runner.call(payload)
+            elif command == "metadata":
+                result = runner.metadata()
             elif command == "close":
                 runner.close()
                 conn.send_bytes(OK)
@@ -166,7 +168,7 @@ def worker_main(
             else:
                 raise ValueError(
                     f"unknown worker command: expected one of step, step_reset, reset, seed, getattr, "
-                    f"setattr, call, close; got {command!r}"
+                    f"setattr, call, metadata, close; got {command!r}"
                 )
             conn.send_bytes(OK if result is None else encode("ok", result))
         except BaseException as err:  # noqa: BLE001 - reported to the parent

@@ -14,15 +14,17 @@ import cloudpickle
 
 import tdrl
 from tdrl.envs.batched import _start, _worker
-from tdrl.envs.batched._base import BatchedEnvBase
+from tdrl.envs.batched._base import BatchedEnvBase, BatchedEnvError
+from tdrl.envs.batched._runner import check_specs_agree
 from tdrl.envs.batched.env_creator import EnvCreator
 from tdrl.envs.batched.serial import SerialEnv
+from tdrl.envs.metadata import EnvMetaData
 
 __all__ = ["ParallelEnv"]
 
 #: How often (seconds) a waiting parent checks that silent workers are still alive.
 _LIVENESS_PERIOD = 1.0
-#: How long close() waits for workers to exit before terminating them.
+#: How long close() waits for workers to exit before terminating them (by default).
 _CLOSE_TIMEOUT = 1.0
 
 _OK_REPLY = ("ok", None)
@@ -38,15 +40,15 @@ WORKER_STUCK = (
 )
 
 
-def _check_timeout(timeout: Any) -> float | None:
+def _check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(
-            f"timeout: expected a number of seconds or None, got {type(timeout).__name__}"
+            f"{name}: expected a number of seconds or None, got {type(timeout).__name__}"
         )
     if not timeout > 0:
-        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        raise ValueError(f"{name}: expected a positive number of seconds, got {timeout!r}")
     return float(timeout)
 
 
@@ -62,14 +64,17 @@ def _exit_description(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def _stop_workers(processes: list, connections: list) -> None:
-    """Ask the workers to close, then terminate those that linger (used by close and at exit)."""
+def _stop_workers(processes: list, connections: list, timeout: float = _CLOSE_TIMEOUT) -> None:
+    """Ask the workers to close; terminate those still running ``timeout`` seconds later.
+
+    Used by close and at exit.
+    """
     for conn in connections:
         try:
             conn.send_bytes(_worker.CLOSE)
         except (OSError, ValueError):
             pass
-    deadline = time.monotonic() + _CLOSE_TIMEOUT
+    deadline = time.monotonic() + timeout
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
     for process in processes:
@@ -81,6 +86,22 @@ def _stop_workers(processes: list, connections: list) -> None:
             process.join(0.5)
     for conn in connections:
         conn.close()
+
+
+def _check_same_layout(metas: list[EnvMetaData]) -> None:
+    """Raise ``ValueError`` naming the first worker whose env differs from worker 0's.
+
+    Batch sizes, spec keys, shapes and dtypes are compared.
+    """
+    first = metas[0]
+    for w, meta in enumerate(metas[1:], 1):
+        if meta.batch_size != first.batch_size:
+            raise ValueError(
+                f"worker {w} has batch size {tuple(meta.batch_size)}, worker 0 has "
+                f"{tuple(first.batch_size)}"
+            )
+        for name in ("output_spec", "input_spec"):
+            check_specs_agree(w, first.specs[name], meta.specs[name], (name,))
 
 
 class ParallelEnv(BatchedEnvBase):
@@ -99,6 +120,11 @@ class ParallelEnv(BatchedEnvBase):
     workers unless ``tdrl.filter_warnings_subprocess`` is False. ``timeout`` (seconds,
     default None: no limit) bounds how long a command waits for a worker (see
     :attr:`timeout`); workers exit when the parent process dies, even inside env code.
+    :meth:`close` asks the workers to close their envs and stops those still running
+    after ``shutdown_timeout`` seconds (default 1).
+    With ``metadata_from_workers=True`` no env is built in this process: the workers
+    start at construction and the specs are read from their envs (see
+    :attr:`metadata_from_workers`).
 
     Examples:
         >>> from tdrl.envs import GymEnv, ParallelEnv
@@ -112,7 +138,13 @@ class ParallelEnv(BatchedEnvBase):
     def __new__(cls, num_workers: int = 1, *args: Any, **kwargs: Any) -> Any:
         """Build a SerialEnv instead when ``serial_for_single`` and one worker."""
         if num_workers == 1 and kwargs.get("serial_for_single", False):
-            kwargs = {k: v for k, v in kwargs.items() if k not in ("mp_start_method", "timeout")}
+            parallel_only = (
+                "mp_start_method",
+                "timeout",
+                "metadata_from_workers",
+                "shutdown_timeout",
+            )
+            kwargs = {k: v for k, v in kwargs.items() if k not in parallel_only}
             return SerialEnv(num_workers, *args, **kwargs)
         return super().__new__(cls)
 
@@ -121,15 +153,61 @@ class ParallelEnv(BatchedEnvBase):
         *args: Any,
         mp_start_method: str | None = None,
         timeout: float | None = None,
+        metadata_from_workers: bool = False,
+        shutdown_timeout: float = _CLOSE_TIMEOUT,
         **kwargs: Any,
     ) -> None:
-        self.__dict__["_mp_start_method"] = _start.validate_start_method(mp_start_method)
-        self.__dict__["_timeout"] = _check_timeout(timeout)
-        super().__init__(*args, mp_start_method=mp_start_method, **kwargs)
-        self._processes: list = []
-        self._connections: list = []
-        self._broken: str | None = None
-        self._finalizer = None
+        state = self.__dict__
+        state["_mp_start_method"] = _start.validate_start_method(mp_start_method)
+        state["_timeout"] = _check_timeout(timeout)
+        if shutdown_timeout is None:
+            raise TypeError("shutdown_timeout: expected a number of seconds, got None")
+        state["_shutdown_timeout"] = _check_timeout(shutdown_timeout, "shutdown_timeout")
+        state["_processes"], state["_connections"] = [], []
+        state["_broken"], state["_finalizer"] = None, None
+        if not isinstance(metadata_from_workers, bool):
+            raise TypeError(
+                f"metadata_from_workers: expected a bool, got {type(metadata_from_workers).__name__}"
+            )
+        state["_metadata_from_workers"] = metadata_from_workers
+        state["_early_options"] = None
+        if metadata_from_workers:
+            if kwargs.get("use_buffers"):
+                raise BatchedEnvError(
+                    "metadata_from_workers=True requires use_buffers=False: the workers' envs "
+                    "are built before the specs (hence the shared buffers) are known; got "
+                    "use_buffers=True"
+                )
+            kwargs["use_buffers"] = False
+            state["_early_options"] = self._worker_options(
+                kwargs.get("num_sub_threads", 1), kwargs.get("consolidate", True), False
+            )
+            if kwargs.get("num_threads") is not None:
+                import torch
+
+                torch.set_num_threads(kwargs["num_threads"])
+        try:
+            super().__init__(*args, mp_start_method=mp_start_method, **kwargs)
+        except BaseException:
+            self._shutdown()
+            raise
+        if metadata_from_workers:
+            # the workers built their envs to describe them: they keep running
+            state["_early_options"] = None
+            self._all_workers = list(range(self.num_workers))
+            self.is_closed = False
+            state["_closed_by_user"] = False
+
+    @property
+    def metadata_from_workers(self) -> bool:
+        """Whether the specs were read from the live workers' envs at construction.
+
+        When True, no env is built in this process: the workers start during
+        construction, each builds its env once, and the batched env's specs are read
+        from those envs (the workers must agree on keys, shapes and dtypes). The data
+        then travels through the pipes (``use_buffers=False``).
+        """
+        return self.__dict__.get("_metadata_from_workers", False)
 
     @property
     def timeout(self) -> float | None:
@@ -152,42 +230,88 @@ class ParallelEnv(BatchedEnvBase):
             import torch
 
             torch.set_num_threads(self.num_threads)
-        context = _start.get_context(self._mp_start_method)
-        options = {
+        self._start_workers(
+            self.create_env_fn,
+            self.create_env_kwargs,
+            [(meta.output_spec, meta.input_spec) for meta in self.meta_data],
+            self._worker_options(self.num_sub_threads, self.consolidate, self._use_buffers),
+        )
+
+    @staticmethod
+    def _worker_options(num_sub_threads: int, consolidate: bool, use_buffers: bool) -> dict:
+        return {
             "filter_warnings": tdrl.filter_warnings_subprocess,
-            "num_threads": self.num_sub_threads,
-            "consolidate": self.consolidate and not self._use_buffers,
+            "num_threads": num_sub_threads,
+            "consolidate": consolidate and not use_buffers,
             "parent_pid": os.getpid(),
         }
+
+    def _start_workers(self, fns: list, kwargs: list, expected: list, options: dict) -> None:
+        """Start one worker per constructor and wait until each has built its env.
+
+        ``expected`` holds, per worker, the ``(output_spec, input_spec)`` its env must
+        match (None: not checked). Runs before construction ends when
+        ``metadata_from_workers`` is set, hence the state kept in ``__dict__``.
+        """
+        state = self.__dict__
+        context = _start.get_context(self._mp_start_method)
         processes: list = []
         connections: list = []
-        self._processes, self._connections = processes, connections
-        self._finalizer = weakref.finalize(self, _stop_workers, processes, connections)
+        state["_processes"], state["_connections"] = processes, connections
+        state["_finalizer"] = weakref.finalize(
+            self, _stop_workers, processes, connections, self._shutdown_timeout
+        )
         try:
             with _start.global_start_method_preserved():
-                self._launch(context, options, processes, connections)
-            self._poller = select.poll()
-            self._fd_worker: dict[int, int] = {}
+                self._launch(context, options, fns, kwargs, expected, processes, connections)
+            poller = select.poll()
+            state["_poller"] = poller
+            fd_worker: dict[int, int] = {}
+            state["_fd_worker"] = fd_worker
             for w, conn in enumerate(connections):
-                self._poller.register(conn.fileno(), select.POLLIN)
-                self._fd_worker[conn.fileno()] = w
-            self._broken = None
-            self.__dict__["_stale"] = None
-            self._collect(list(range(self.num_workers)), "start")
+                poller.register(conn.fileno(), select.POLLIN)
+                fd_worker[conn.fileno()] = w
+            state["_broken"] = None
+            state["_stale"] = None
+            self._collect(list(range(len(fns))), "start")
         except BaseException:
             self._shutdown()
             raise
 
-    def _launch(self, context: Any, options: dict, processes: list, connections: list) -> None:
+    def _collect_metadata(self, fns: list, kwargs: list) -> list[EnvMetaData]:
+        options = self.__dict__.get("_early_options")
+        if options is None:
+            return super()._collect_metadata(fns, kwargs)
+        self._start_workers(fns, kwargs, [None] * len(fns), options)
+        metas = self._run("metadata", workers=list(range(len(fns))))
+        try:
+            _check_same_layout(metas)
+        except ValueError as err:
+            self._shutdown()
+            raise BatchedEnvError(
+                f"metadata_from_workers: the workers' metadata are incompatible: {err}"
+            ) from err
+        return metas
+
+    def _launch(
+        self,
+        context: Any,
+        options: dict,
+        fns: list,
+        kwargs: list,
+        expected: list,
+        processes: list,
+        connections: list,
+    ) -> None:
         """Start every worker (they build their envs concurrently)."""
         fork = context.get_start_method() == "fork"
-        for w in range(self.num_workers):
-            fn = self.create_env_fn[w]
+        arena = self.__dict__.get("_arena")
+        layout = self.__dict__.get("_layout")
+        for w, fn in enumerate(fns):
             # Under fork the constructor is inherited as is; otherwise it must be pickled.
             # An EnvCreator pickles itself (its function with cloudpickle) and is sent as
             # is, so that its shared-memory state travels as shared memory, not as a copy.
             fn_arg = fn if fork or isinstance(fn, EnvCreator) else cloudpickle.dumps(fn)
-            meta = self.meta_data[w]
             parent_conn, child_conn = context.Pipe()
             process = context.Process(
                 target=_worker.worker_main,
@@ -195,10 +319,10 @@ class ParallelEnv(BatchedEnvBase):
                     w,
                     child_conn,
                     fn_arg,
-                    self.create_env_kwargs[w],
-                    self._arena,
-                    self._layout,
-                    (meta.output_spec, meta.input_spec),
+                    kwargs[w],
+                    arena,
+                    layout,
+                    expected[w],
                     options,
                     # A forked child inherits the parent's ends of its own pipe and of the
                     # earlier workers' pipes; it closes them so that it sees the parent die.
@@ -218,8 +342,9 @@ class ParallelEnv(BatchedEnvBase):
         finalizer = self.__dict__.get("_finalizer")
         if finalizer is not None:
             finalizer()
-        self._processes, self._connections = [], []
-        self._finalizer = None
+        state = self.__dict__
+        state["_processes"], state["_connections"] = [], []
+        state["_finalizer"] = None
 
     # -------------------------------------------------------------- commands
     def _run(

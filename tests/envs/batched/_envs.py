@@ -240,3 +240,36 @@ class GaugeEnv(CountingEnv):
     def _step(self, tensordict):
         out = super()._step(tensordict)
         return out.set("gauge", Gauge(self.count[0].clone()))
+
+
+class MarkedEnv(SizedEnv):
+    """A SizedEnv that leaves a file in ``folder`` when built and when closed (names hold
+    the worker index and the pid), and can fail at construction."""
+
+    def __init__(self, index: int, folder: str, size: int = 4, fail: bool = False):
+        self.index = index
+        self.folder = folder
+        with open(os.path.join(folder, f"built-{index}-{os.getpid()}"), "w"):
+            pass
+        if fail:
+            raise RuntimeError(f"sub-env {index} refuses to be built")
+        super().__init__(size=size)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        with open(os.path.join(self.folder, f"closed-{self.index}-{os.getpid()}"), "w"):
+            pass
+        super().close(raise_if_closed=raise_if_closed)
+
+
+class SlowCloseEnv(SizedEnv):
+    """A SizedEnv whose ``close`` takes ``delay`` seconds."""
+
+    def __init__(self, delay: float = 10.0):
+        super().__init__()
+        self.delay = delay
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        import time
+
+        time.sleep(self.delay)
+        super().close(raise_if_closed=raise_if_closed)

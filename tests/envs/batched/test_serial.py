@@ -153,6 +153,21 @@ def test_update_kwargs_applies_at_next_start():
     env.close()
 
 
+def test_per_worker_lists_of_the_wrong_length_raise_value_and_runtime_errors():
+    for make in (
+        lambda: SerialEnv(3, [CountingEnv, CountingEnv]),
+        lambda: SerialEnv(3, CountingEnv, [{}, {}]),
+    ):
+        with pytest.raises(ValueError, match=r"expected one entry per worker \(3\), got 2"):
+            make()
+        with pytest.raises(RuntimeError, match=r"len\(create_env_(fn|kwargs)\) and num_workers"):
+            make()
+    env = SerialEnv(2, CountingEnv)
+    with pytest.raises(RuntimeError, match=r"len\(kwargs\) and num_workers mismatch.*got 1"):
+        env.update_kwargs([{"max_steps": 4}])
+    assert env.create_env_kwargs == [{}, {}]
+
+
 def test_close_is_idempotent_and_restarts_lazily():
     env = SerialEnv(2, CountingEnv)
     assert env.is_closed

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tdrl.envs import ParallelEnv
+from tests.envs.batched._envs import SlowCloseEnv
 from tests.mocks import CountingEnv
 
 
@@ -105,3 +106,28 @@ def test_workers_exit_when_the_parent_is_killed_inside_env_code(tmp_path: Path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_shutdown_timeout_bounds_how_long_close_waits_for_a_worker():
+    env = ParallelEnv(2, SlowCloseEnv, shutdown_timeout=0.2)
+    pids = env.pid()
+    start = time.monotonic()
+    env.close()
+    # the envs' close would take 10 s: the workers were stopped long before
+    assert time.monotonic() - start < 8.0
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_shutdown_timeout_is_checked():
+    with pytest.raises(ValueError, match="shutdown_timeout: expected a positive number"):
+        ParallelEnv(2, SlowCloseEnv, shutdown_timeout=0)
+    with pytest.raises(TypeError, match="shutdown_timeout: expected a number of seconds"):
+        ParallelEnv(2, SlowCloseEnv, shutdown_timeout="1")
