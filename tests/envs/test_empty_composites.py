@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tensordict import TensorDict
 
 from tdrl.data import Categorical, Composite, Unbounded
-from tdrl.envs import EnvBase, check_env_specs
+from tdrl.envs import (
+    EnvBase,
+    ParallelEnv,
+    RemoveEmptySpecs,
+    SerialEnv,
+    TransformedEnv,
+    check_env_specs,
+)
 from tdrl.envs.utils import step_mdp
 
 
@@ -52,3 +60,15 @@ def test_step_mdp_function_still_drops_levels_without_entries():
         {"obs": torch.zeros(2), "next": {"obs": torch.ones(2), "empty": TensorDict()}}, []
     )
     assert set(step_mdp(td).keys()) == {"obs"}
+
+
+@pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
+def test_batched_envs_refuse_empty_specs_and_take_them_removed(batched):
+    with pytest.raises(RuntimeError, match=r"passed to \w+Env has empty specs .*'other', 'inner'"):
+        batched(2, PlaceholderEnv)
+    env = batched(2, lambda: TransformedEnv(PlaceholderEnv(), RemoveEmptySpecs()))
+    try:
+        check_env_specs(env)
+        assert "other" not in env.rollout(2).keys()
+    finally:
+        env.close()

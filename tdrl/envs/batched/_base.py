@@ -24,6 +24,7 @@ from tensordict import (
 
 from tdrl._settings import rl_warnings
 from tdrl.envs._checks import check_layout
+from tdrl.envs._keys import as_tuple, empty_levels
 from tdrl.envs._partial import is_data_leaf, merge_non_tensor
 from tdrl.envs._step_mdp import attach_next, merge_next
 from tdrl.envs._td_fast import all_true, fast_get, fast_set
@@ -199,6 +200,18 @@ class BatchedEnvBase(EnvBase):
                     f"sub-env batch sizes differ: worker 0 has {tuple(sub_batch)}, "
                     f"worker {i} has {tuple(meta.batch_size)}"
                 )
+        empty = [
+            (name, *as_tuple(key))
+            for specs in (metas[0].output_spec, metas[0].input_spec)
+            for name, spec in specs.items()
+            for key in empty_levels(spec)
+        ]
+        if empty:
+            raise BatchedEnvError(
+                f"The environment passed to {type(self).__name__} has empty specs (Composites "
+                f"without entries) at {empty}: their entries cannot be stacked across workers; "
+                "remove them in each sub-env with TransformedEnv(env, RemoveEmptySpecs())"
+            )
         if device is None:
             devices = {meta.device for meta in metas}
             if len(devices) > 1:
