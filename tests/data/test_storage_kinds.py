@@ -242,3 +242,25 @@ def test_extend_with_a_list_that_cannot_be_stacked():
     assert len(rb) == 0
     rb.extend([(torch.zeros(2), {"a": torch.ones(3)}) for _ in range(4)])
     assert len(rb) == 4
+
+
+@pytest.mark.parametrize("storage_type", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_empty_nested_levels_are_stored_and_read_back(storage_type, tmp_path):
+    from tdrl.data import replay_buffers
+
+    def make():
+        return getattr(replay_buffers, storage_type)(20)
+
+    data = TensorDict({"a": {"b": {"c": {}}}, "x": torch.arange(20)}, [20])
+    rb = replay_buffers.TensorDictReplayBuffer(storage=make())
+    rb.extend(data)
+    sample = rb.sample(4)
+    assert sample["a", "b", "c"].batch_size == (4,) and sample["x"].shape == (4,)
+    rb.dumps(tmp_path)
+    loaded = replay_buffers.TensorDictReplayBuffer(storage=make())
+    loaded.loads(tmp_path)
+    assert ("a", "b", "c") in loaded[:3].keys(True)
+    # data made of empty levels only
+    only_empty = replay_buffers.ReplayBuffer(storage=make())
+    only_empty.extend(TensorDict({"a": {"b": {}}}, [5]))
+    assert only_empty.sample(2)["a", "b"].batch_size == (2,)

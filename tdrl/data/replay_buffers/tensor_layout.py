@@ -284,10 +284,16 @@ class TensorLayout:
 
     @staticmethod
     def _restore_sub_batch(td: TensorDictBase, data: TensorDictBase, batched: bool) -> None:
+        """Give the nested levels their batch dims; create the levels that hold no tensor."""
         for key, value in data.items(include_nested=True):
             if isinstance(value, TensorDictBase):
                 dims = value.batch_size[1:] if batched else value.batch_size
-                td.get(key).batch_size = (td.shape[0], *dims)
+                batch = (td.shape[0], *dims)
+                level = td.get(key, None)
+                if level is None:  # an empty level: nothing to allocate, kept as such
+                    td.set(key, TensorDict(batch_size=batch, device=td.device))
+                else:
+                    level.batch_size = batch
 
     def _storage_device(self) -> torch.device | None:
         return self.device
