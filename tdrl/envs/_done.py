@@ -54,7 +54,10 @@ def complete_done_spec(full_done_spec: Any) -> tuple[Any, list[DoneCompletion]]:
                     cloned = True
                 spec[key(name)] = spec[source].clone()
         truncated = key("truncated") if "truncated" in names else None
-        plan.append(DoneCompletion(key("done"), key("terminated"), truncated))
+        # a declared truncated entry the env does not write reads False
+        plan.append(
+            DoneCompletion(key("done"), key("terminated"), truncated, truncated is not None)
+        )
     return spec, plan
 
 

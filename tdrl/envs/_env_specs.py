@@ -170,7 +170,7 @@ class EnvSpecs:
         done_spec, plan = complete_done_spec(output_spec["full_done_spec"])
         if done_spec is not output_spec["full_done_spec"]:
             output_spec["full_done_spec"] = done_spec
-            self.__dict__["_done_completions"] = plan
+        self.__dict__["_done_completions"] = plan
 
     def _refresh(self) -> None:
         """Recompute the cached keys and leaf specs; lock the specs if ``spec_locked``.

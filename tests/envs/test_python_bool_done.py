@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.data import Categorical, Composite, Unbounded
-from tdrl.envs import EnvBase, SerialEnv, StepCounter, TransformedEnv
+from tdrl.envs import EnvBase, SerialEnv, StepCounter, TransformedEnv, check_env_specs
 
 
 class PythonBoolDoneEnv(EnvBase):
@@ -61,3 +61,39 @@ def test_python_bool_done_entries_take_the_spec_shape(make):
     assert data["next", "done"].flatten().tolist()[:7] == [False, False, True] * 2 + [False]
     step = env.step(env.rand_action(env.reset()))
     assert step["next", "done"].shape == (*env.batch_size, 1)
+
+
+class TruncatedDeclaredEnv(EnvBase):
+    """Declares ``truncated`` in its constructor but never writes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_spec = Composite(observation=Unbounded(3))
+        self.action_spec = Unbounded(1)
+        self.done_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.full_done_spec["truncated"] = self.full_done_spec["terminated"].clone()
+        self.reward_spec = Unbounded(1)
+
+    def _reset(self, tensordict):
+        return self.observation_spec.zero()
+
+    def _step(self, tensordict):
+        return TensorDict(
+            {
+                "observation": torch.ones(3),
+                "done": False,
+                "terminated": False,
+                "reward": torch.ones(1),
+            }
+        )
+
+    def _set_seed(self, seed):
+        return seed
+
+
+def test_a_declared_truncated_entry_the_env_does_not_write_reads_false():
+    env = TruncatedDeclaredEnv()
+    check_env_specs(env)
+    rollout = env.rollout(3)
+    assert rollout["next", "truncated"].shape == (3, 1)
+    assert not rollout["next", "truncated"].any() and not rollout["truncated"].any()
