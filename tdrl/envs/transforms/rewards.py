@@ -341,7 +341,7 @@ class ClipTransform(Transform):
     ) -> None:
         _check_range(type(self).__name__, low, high, "low", "high")
         if low is None and high is None:
-            raise ValueError("ClipTransform: expected at least one of low / high, got neither")
+            raise TypeError("ClipTransform: expected at least one of low / high, got neither")
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.low = low
         self.high = high

@@ -151,7 +151,7 @@ def test_clip_transform_outputs_and_inputs(pendulum):
     td["action"] = torch.tensor([0.75])
     assert env.step(td)["next", "reward"].tolist() == [0.25]
     assert td["action"].tolist() == [0.75]
-    with pytest.raises(ValueError, match="at least one"):
+    with pytest.raises(TypeError, match="at least one"):
         ClipTransform(in_keys=["observation"])
 
 
