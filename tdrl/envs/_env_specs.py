@@ -204,7 +204,7 @@ class EnvSpecs:
         ]
         # reward entries that are also state (e.g. running sums) travel to the next step
         state_keys = set(cache.state_keys)
-        # (a placeholder Composite of the reward spec goes with the reward entries)
+        # (an empty Composite of the reward spec goes with the reward entries)
         rewards = [*cache.reward_keys, *empty_levels(out["full_reward_spec"])]
         cache.mdp_excluded = excluded_set([k for k in rewards if k not in state_keys])
         cache.action_leaf = _leaf_or_composite(inp["full_action_spec"], cache.action_keys)

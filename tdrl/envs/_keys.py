@@ -33,7 +33,7 @@ def leaf_keys(spec: Any) -> list:
 
 
 def empty_levels(spec: Any) -> list:
-    """Keys of the nested Composites of ``spec`` that hold no entry (placeholders)."""
+    """Keys of the nested Composites of ``spec`` that hold no entry."""
     found = []
     for key, value in spec.items(include_nested=True):
         if hasattr(value, "keys") and not list(value.keys()):

@@ -1,4 +1,4 @@
-"""Empty Composite entries in an env's specs (placeholders) travel through steps and rollouts."""
+"""Empty Composite entries in an env's specs travel through steps and rollouts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tdrl.envs import (
 from tdrl.envs.utils import step_mdp
 
 
-class PlaceholderEnv(EnvBase):
+class EmptyLevelsEnv(EnvBase):
     """Observations and rewards next to empty Composites (which hold no entry)."""
 
     def __init__(self) -> None:
@@ -42,7 +42,7 @@ class PlaceholderEnv(EnvBase):
 
 
 def test_rollout_keeps_empty_observation_levels_and_leaves_reward_ones_under_next():
-    env = PlaceholderEnv()
+    env = EmptyLevelsEnv()
     rollout = env.rollout(3)
     keys = set(rollout.keys(True))
     assert {("other", "inner"), ("next", "other", "inner"), ("next", "reward_group")} <= keys
@@ -52,7 +52,7 @@ def test_rollout_keeps_empty_observation_levels_and_leaves_reward_ones_under_nex
 
 
 def test_env_checks_pass_with_empty_levels():
-    check_env_specs(PlaceholderEnv())
+    check_env_specs(EmptyLevelsEnv())
 
 
 def test_step_mdp_function_still_drops_levels_without_entries():
@@ -65,8 +65,8 @@ def test_step_mdp_function_still_drops_levels_without_entries():
 @pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
 def test_batched_envs_refuse_empty_specs_and_take_them_removed(batched):
     with pytest.raises(RuntimeError, match=r"passed to \w+Env has empty specs .*'other', 'inner'"):
-        batched(2, PlaceholderEnv)
-    env = batched(2, lambda: TransformedEnv(PlaceholderEnv(), RemoveEmptySpecs()))
+        batched(2, EmptyLevelsEnv)
+    env = batched(2, lambda: TransformedEnv(EmptyLevelsEnv(), RemoveEmptySpecs()))
     try:
         check_env_specs(env)
         assert "other" not in env.rollout(2).keys()
