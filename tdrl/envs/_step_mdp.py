@@ -77,15 +77,20 @@ def _fresh_nested(
     """
     if type(value) is LazyStackedTensorDict:
         parts = [_fresh(part, prefix, excluded, device, keep_empty) for part in value.tensordicts]
-        if not any(part._tensordict for part in parts) and not (
-            keep_empty and not _has_entries(value)
-        ):
+        if _dropped(any(part._tensordict for part in parts), value, keep_empty):
             return None
         return LazyStackedTensorDict.lazy_stack(parts, value.stack_dim)
     fresh = _fresh(value, prefix, excluded, device, keep_empty)
-    if fresh._tensordict or (keep_empty and not value._tensordict):
-        return fresh
-    return None
+    return None if _dropped(bool(fresh._tensordict), value, keep_empty) else fresh
+
+
+def _dropped(has_entries: bool, original: TensorDictBase, keep_empty: bool) -> bool:
+    """Whether a level is left out of the result: ``has_entries`` says what is left in it.
+
+    A level with nothing left is dropped, unless ``keep_empty`` and the ``original``
+    level held nothing to begin with.
+    """
+    return not has_entries and not (keep_empty and not _has_entries(original))
 
 
 def _has_entries(value: TensorDictBase) -> bool:
@@ -179,7 +184,7 @@ def _merge(
                 device,
                 keep_empty,
             )
-            if not merged._tensordict and not (keep_empty and not value._tensordict):
+            if _dropped(bool(merged._tensordict), value, keep_empty):
                 # nothing left in the group (e.g. only a per-group reward): drop it
                 source.pop(key, None)
                 continue
@@ -227,7 +232,7 @@ def _merge_stack(
         _merge(root, part, prefix, excluded, part.batch_size, device, keep_empty)
         for root, part in zip(roots, parts)
     ]
-    if not any(part._tensordict for part in merged) and not (keep_empty and not _has_entries(nxt)):
+    if _dropped(any(part._tensordict for part in merged), nxt, keep_empty):
         return None
     return LazyStackedTensorDict.lazy_stack(merged, dim)
 
